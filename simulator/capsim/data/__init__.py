@@ -1,0 +1,1 @@
+"""Catalogue data shipped with capsim (YAML)."""
