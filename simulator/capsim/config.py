@@ -16,6 +16,11 @@ from capsim.errors import CapsimError
 
 
 
+# pydantic puts the chosen member's tag into error locations of tagged unions; users never wrote
+# it, so error messages leave these out.
+_UNION_TAGS: set[str] = set()
+
+
 class Frozen(BaseModel):
     """Base for config data: immutable, unknown keys rejected."""
 
@@ -51,7 +56,9 @@ class Overhead(Frozen):
 
 class Interconnect(Frozen):
     pcie_bytes_per_s: float = Field(gt=0, description="host link, one direction")
-    nvlink_bytes_per_s: float | None = Field(None, gt=0, description="GPU-GPU link, one direction")
+    gpu_link_bytes_per_s: float | None = Field(
+        None, gt=0, description="GPU-to-GPU link (NVLink, Infinity Fabric), one direction, per GPU"
+    )
 
 
 class Calibration(Frozen):
@@ -147,7 +154,7 @@ class MLA(Frozen):
 class ModelSpec(Frozen):
     name: str
     aliases: list[str] = []
-    source: str = Field(description="where the architecture numbers came from (config.json URL)")
+    source: str = Field("", description="where the architecture numbers came from (config.json URL)")
     num_layers: int = Field(gt=0)
     hidden_size: int = Field(gt=0)
     num_heads: int = Field(gt=0)
@@ -221,9 +228,6 @@ def _loc(parts: tuple) -> str:
         else:
             out += f".{p}" if out else str(p)
     return out or "(top level)"
-
-
-_UNION_TAGS: set[str] = set()  # filled by modules that declare tagged unions (workload kinds)
 
 
 def _explain(source: str, exc: ValidationError) -> str:

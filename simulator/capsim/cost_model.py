@@ -1,0 +1,233 @@
+"""Roofline cost of one forward pass (DESIGN §3).
+
+A step is priced as two rooflines run back to back, plus fixed overheads:
+  GEMMs:     max(weight bytes / (eta_bw * BW),  matmul FLOPs / (eta_fl(T) * peak[dtype]))
+  attention: max(KV bytes / (eta_attn * BW),    attention FLOPs / (eta_fl * peak) + dequant work)
+The GEMM part depends only on the token count T; the attention part on the contexts. Pure-decode
+steps are priced by `decode_steps`, vectorised over k consecutive steps, so a macro-step and k
+single steps give bit-identical times (both go through that one function).
+
+Modes: `realistic` (the default for `run`), `document` (the source note's simplified model:
+weights-only traffic, eta_bw = 1, eta_fl = 0.5, no overheads) and `unit` (every step takes
+`unit_step_s`: the explainer's slot-step examples).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from capsim import architecture as arch
+from capsim.config import HardwareProfile, ModelSpec
+from capsim.formats import NumberFormat
+from capsim.plan import StepPlan
+
+Mode = Literal["realistic", "document", "unit"]
+BOUNDS = ("compute", "memory", "overhead")
+
+
+@dataclass(frozen=True, slots=True)
+class StepCost:
+    seconds: float
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+    flops: float
+    bytes: float
+    bound: str  # one of BOUNDS: the term that took the most time
+
+
+@dataclass(frozen=True)
+class DocumentAssumptions:
+    """The source note's stated numbers; each None means 'derive it from the catalogue'."""
+
+    weight_bytes: float | None = None
+    flops_per_token: float | None = None
+    peak_flops: float | None = None
+    bandwidth_bytes_per_s: float | None = None
+    compute_efficiency: float = 0.5
+    bandwidth_efficiency: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeSteps:
+    """k consecutive pure-decode steps, one entry per step."""
+
+    seconds: np.ndarray
+    flops: np.ndarray
+    bytes: np.ndarray
+    bound: np.ndarray  # index into BOUNDS
+
+
+class CostModel:
+    """Prices StepPlans for one (model, GPU, weight format, KV format, mode)."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        hardware: HardwareProfile,
+        weights: NumberFormat,
+        kv_cache: NumberFormat,
+        mode: Mode = "realistic",
+        document: DocumentAssumptions | None = None,
+        unit_step_s: float = 1.0,
+    ) -> None:
+        self.model, self.hardware, self.mode, self.unit_step_s = model, hardware, mode, unit_step_s
+        self.weights_format, self.kv_format = weights, kv_cache
+        params = arch.param_counts(model)
+        wb = weights.bytes_per_value
+        self.params = params
+        doc = document or DocumentAssumptions()
+        self.document = doc
+        if mode == "document":
+            self.eta_bw = doc.bandwidth_efficiency
+            self.eta_attn_bw = doc.bandwidth_efficiency
+            self.eta_fl = doc.compute_efficiency
+            self.half_tokens = 0.0
+            self.bandwidth = doc.bandwidth_bytes_per_s or hardware.memory_bandwidth_bytes_per_s
+            self.peak = doc.peak_flops or hardware.peak_for(weights.compute_dtype)
+            self.overhead_s = 0.0
+        else:
+            eff = hardware.efficiency
+            self.eta_bw, self.eta_fl, self.half_tokens = eff.bandwidth, eff.compute, eff.compute_half_tokens
+            self.eta_attn_bw = eff.attention_bandwidth or eff.bandwidth
+            self.bandwidth = hardware.memory_bandwidth_bytes_per_s
+            self.peak = hardware.peak_for(weights.compute_dtype)
+            self.overhead_s = hardware.overhead.step_s + hardware.overhead.layer_s * model.num_layers
+        self.attn_peak = hardware.peak_for("fp16") if mode != "document" else self.peak
+        self.vector_peak = hardware.peak_flops.get("fp32", hardware.peak_flops["fp16"] / 4)
+        # GEMM side
+        self.total_weight_bytes = doc.weight_bytes if doc.weight_bytes else params.total * wb
+        self.doc_flops_per_token = doc.flops_per_token or 2.0 * params.active
+        head = params.lm_head or params.embedding
+        self.dense_weight_bytes = (params.attention + params.mlp_dense + params.mlp_shared + head) * wb
+        moe = model.moe
+        self.moe_layers = (model.num_layers - moe.dense_layers) if moe else 0
+        self.expert_bytes = (params.mlp_experts / (self.moe_layers * moe.num_experts) * wb) if moe else 0.0
+        self.body_flops_per_token = 2.0 * params.body_active + arch.linear_attention_flops_per_token(model)
+        self.head_flops_per_logit = 2.0 * head
+        self.state_bytes_per_seq = 2.0 * arch.state_bytes_per_sequence(model)  # read + write
+        # Attention side
+        full_v, sliding_v = arch.kv_values_per_token(model)
+        kvb = kv_cache.bytes_per_value
+        self.kv_full_bytes, self.kv_sliding_bytes = full_v * kvb, sliding_v * kvb
+        self.kv_values_full, self.kv_values_sliding = full_v, sliding_v
+        self.window = model.sliding_window_tokens or 0
+        counts = model.layer_counts
+        per_layer = arch.attention_flops_per_context_token(model)
+        self.attn_flops_full, self.attn_flops_sliding = per_layer * counts.full, per_layer * counts.sliding
+        self.dequant_flops_per_value = kv_cache.dequant_flops_per_value
+
+    # ---------------------------------------------------------------- GEMM part (depends on T only)
+
+    def experts_touched(self, num_tokens: int) -> float:
+        """Expected distinct experts per MoE layer when num_tokens each pick k of E uniformly."""
+        moe = self.model.moe
+        if moe is None:
+            return 0.0
+        e, k = moe.num_experts, moe.experts_per_token
+        return e * (1.0 - (1.0 - k / e) ** num_tokens)
+
+    def gemm_part(self, num_tokens: int, num_logits: int, num_seqs: int) -> tuple[float, float, float, float]:
+        """(compute_s, memory_s, flops, bytes) of the matmuls of a step with num_tokens tokens."""
+        if self.mode == "document":
+            flops = self.doc_flops_per_token * num_tokens
+            byts = self.total_weight_bytes
+            return flops / (self.eta_fl * self.peak), byts / (self.eta_bw * self.bandwidth), flops, byts
+        flops = self.body_flops_per_token * num_tokens + self.head_flops_per_logit * num_logits
+        byts = self.dense_weight_bytes + self.moe_layers * self.experts_touched(num_tokens) * self.expert_bytes
+        byts += self.state_bytes_per_seq * num_seqs
+        eta = self.eta_fl * num_tokens / (num_tokens + self.half_tokens)
+        return flops / (eta * self.peak), byts / (self.eta_bw * self.bandwidth), flops, byts
+
+    # ---------------------------------------------------------------- attention part
+
+    def attention_part(self, ctx_full, ctx_sliding, pairs_full, pairs_sliding, num_tokens: int):
+        """(compute_s, memory_s, flops, bytes) of attention; inputs may be floats or numpy arrays.
+
+        ctx_*: context positions read from the cache, summed over sequences; pairs_*: (new token,
+        attended position) pairs, summed. Only + - * / and maximum are used, so arrays and scalars
+        round identically.
+        """
+        if self.mode == "document":
+            zero = ctx_full * 0.0
+            return zero, zero, zero, zero
+        read = self.kv_full_bytes * ctx_full + self.kv_sliding_bytes * ctx_sliding
+        byts = read + (self.kv_full_bytes + self.kv_sliding_bytes) * num_tokens
+        flops = self.attn_flops_full * pairs_full + self.attn_flops_sliding * pairs_sliding
+        values_read = self.kv_values_full * ctx_full + self.kv_values_sliding * ctx_sliding
+        dequant = self.dequant_flops_per_value * values_read
+        compute_s = flops / (self.eta_fl * self.attn_peak) + dequant / (self.eta_fl * self.vector_peak)
+        return compute_s, byts / (self.eta_attn_bw * self.bandwidth), flops + dequant, byts
+
+    # ---------------------------------------------------------------- whole steps
+
+    def step_cost(self, plan: StepPlan) -> StepCost:
+        """Price any plan (prefill, decode or mixed)."""
+        num_tokens = plan.num_tokens
+        if self.mode == "unit":
+            return StepCost(self.unit_step_s, 0.0, 0.0, self.unit_step_s, 0.0, 0.0, "overhead")
+        ctx_f = ctx_s = pairs_f = pairs_s = 0
+        logits = 0
+        w = self.window
+        for req, n in zip(plan.scheduled, plan.new_tokens):
+            c0 = req.computed_tokens
+            c1 = c0 + n
+            ctx_f += c1
+            pairs_f += n * c0 + n * (n + 1) // 2
+            if w:
+                ctx_s += min(c1, w)
+                pairs_s += _capped_pairs(c0, n, w)
+            if c1 == req.known_tokens:
+                logits += 1
+        gc, gm, gf, gb = self.gemm_part(num_tokens, logits, len(plan.scheduled))
+        ac, am, af, ab = self.attention_part(ctx_f, ctx_s, pairs_f, pairs_s, num_tokens)
+        return _combine(gc, gm, ac, am, gf + af, gb + ab, self.overhead_s)
+
+    def decode_steps(self, contexts: np.ndarray, k: int) -> DecodeSteps:
+        """k consecutive decode steps of the sequences whose computed tokens are `contexts`."""
+        batch = len(contexts)
+        if self.mode == "unit":
+            seconds = np.full(k, self.unit_step_s)
+            zeros = np.zeros(k)
+            return DecodeSteps(seconds, zeros, zeros, np.full(k, 2, dtype=np.int8))
+        steps = np.arange(1, k + 1, dtype=np.int64)
+        ctx_f = (int(contexts.sum()) + batch * steps).astype(np.float64)
+        if self.window:
+            ctx_s = np.minimum(contexts[:, None] + steps[None, :], self.window).sum(axis=0).astype(np.float64)
+        else:
+            ctx_s = np.zeros(k)
+        gc, gm, gf, gb = self.gemm_part(batch, batch, batch)
+        ac, am, af, ab = self.attention_part(ctx_f, ctx_s, ctx_f, ctx_s, batch)
+        gemm = max(gc, gm)
+        attn = np.maximum(ac, am)
+        seconds = gemm + attn + self.overhead_s
+        compute_t = (gc if gc >= gm else 0.0) + np.where(ac >= am, ac, 0.0)
+        memory_t = (gm if gm > gc else 0.0) + np.where(am > ac, am, 0.0)
+        bound = np.where(compute_t >= memory_t, 0, 1).astype(np.int8)
+        bound[(self.overhead_s > compute_t) & (self.overhead_s > memory_t)] = 2
+        return DecodeSteps(seconds, gf + af, gb + ab, bound)
+
+
+def _capped_pairs(c0: int, n: int, window: int) -> int:
+    """Sum over new positions p = c0+1 .. c0+n of min(p, window)."""
+    lo, hi = c0 + 1, c0 + n
+    if hi <= window:
+        return n * c0 + n * (n + 1) // 2
+    if lo > window:
+        return n * window
+    below = window - c0  # positions lo..window count their own index
+    return below * c0 + below * (below + 1) // 2 + (n - below) * window
+
+
+def _combine(gc, gm, ac, am, flops, byts, overhead_s) -> StepCost:
+    seconds = max(gc, gm) + max(ac, am) + overhead_s
+    compute_t = (gc if gc >= gm else 0.0) + (ac if ac >= am else 0.0)
+    memory_t = (gm if gm > gc else 0.0) + (am if am > ac else 0.0)
+    if overhead_s > compute_t and overhead_s > memory_t:
+        bound = "overhead"
+    else:
+        bound = "compute" if compute_t >= memory_t else "memory"
+    return StepCost(seconds, gc + ac, gm + am, overhead_s, flops, byts, bound)

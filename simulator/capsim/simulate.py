@@ -1,0 +1,198 @@
+"""Workload config (+ command-line overrides) -> a configured engine -> a RunResult.
+
+This is the public entry point `capsim.simulate()`; the CLI and notebooks both call it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from capsim import config as C
+from capsim.workload_schema import WorkloadConfig
+from capsim.catalog import load_hardware, load_model
+from capsim.cost_model import CostModel
+from capsim.engine import Engine, Replica
+from capsim.errors import CapsimError
+from capsim.formats import NumberFormat, get_format
+from capsim.kv_cache import ContiguousAllocator, MemoryBudget, PagedAllocator, memory_budget
+from capsim.metrics import per_class, summarize
+from capsim.schedulers import SCHEDULERS
+from capsim.workload import build_stream
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A workload resolved against the catalogues: everything one run needs, nothing random."""
+
+    workload: WorkloadConfig
+    source: str  # where the workload came from (file path or "inline")
+    base_dir: Path | None
+    model: C.ModelSpec
+    hardware: C.HardwareProfile
+    weights: NumberFormat
+    kv_cache: NumberFormat
+    allocator: str
+    max_model_len: int
+    max_num_batched_tokens: int
+    memory: MemoryBudget
+
+
+@dataclass
+class RunResult:
+    setup: Setup
+    summary: dict
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    gaps: tuple[np.ndarray, ...] = field(repr=False)
+
+    def summary_json(self) -> str:
+        return json.dumps(self.summary, indent=2, sort_keys=False, allow_nan=True) + "\n"
+
+    def write(self, out_dir: Path) -> list[Path]:
+        """summary.json, requests.csv, steps.csv (one row per forward pass) under out_dir."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        paths = [out_dir / "summary.json", out_dir / "requests.csv", out_dir / "steps.csv"]
+        paths[0].write_text(self.summary_json())
+        self.requests.to_csv(paths[1], index=False)
+        steps = self.steps.copy()
+        steps["bound"] = pd.Categorical.from_codes(steps["bound"], ["compute", "memory", "overhead"])
+        steps.to_csv(paths[2], index=False)
+        return paths
+
+
+def load_workload(path: str | Path) -> WorkloadConfig:
+    """Read and validate a workload YAML (errors name the file and the field)."""
+    return C.load_yaml_as(WorkloadConfig, Path(path))
+
+
+OVERRIDABLE = ("gpu", "model", "weights", "kv_cache", "scheduler", "allocator", "rate", "requests", "seed",
+               "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "mode", "horizon_s")
+
+
+def apply_overrides(w: WorkloadConfig, source: str, **overrides) -> WorkloadConfig:
+    """Return the workload with command-line values applied and re-validated."""
+    data = w.model_dump(exclude_unset=True)
+    given = {k: v for k, v in overrides.items() if v is not None}
+    unknown = set(given) - set(OVERRIDABLE)
+    if unknown:
+        raise CapsimError(f"unknown override(s): {', '.join(sorted(unknown))}; allowed: {', '.join(OVERRIDABLE)}.")
+    sched = dict(data.get("scheduler", {}))
+    for key, value in given.items():
+        if key == "scheduler":
+            sched["kind"] = value
+        elif key in ("max_num_seqs", "max_num_batched_tokens"):
+            sched[key] = value
+        elif key == "rate":
+            arrivals = dict(data["arrivals"])
+            if arrivals.get("kind") not in ("poisson", "gamma", "constant"):
+                raise CapsimError(
+                    f"--rate: the workload's arrivals are '{arrivals.get('kind')}', which have no rate; "
+                    "--rate works with poisson, gamma and constant arrivals."
+                )
+            arrivals["rate_per_s"] = value
+            data["arrivals"] = arrivals
+        else:
+            data[key] = value
+    if sched:
+        data["scheduler"] = sched
+    return C.validate(WorkloadConfig, data, f"{source} (with command-line options)")
+
+
+def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = None) -> Setup:
+    """Look up the model, GPU and formats, size the KV cache, and check the scheduler limits."""
+    model = w.model if isinstance(w.model, C.ModelSpec) else load_model(w.model)
+    if w.gpu is None:
+        raise CapsimError(f"{source}: no GPU given: set 'gpu' in the workload or pass --gpu (see `capsim gpus`).")
+    hardware = load_hardware(w.gpu)
+    weights = get_format(w.weights, where=f"{source}: field 'weights'")
+    kv_fmt = get_format(w.kv_cache, for_kv=True, where=f"{source}: field 'kv_cache'")
+    sched = w.scheduler
+    max_model_len = w.max_model_len or model.max_context_tokens
+    budget = sched.max_num_batched_tokens
+    if budget is None:
+        budget = 2048 if sched.kind == "chunked" else max(max_model_len, 2048)
+    if sched.kind == "continuous" and budget < max_model_len:
+        raise CapsimError(
+            f"{source}: field 'scheduler.max_num_batched_tokens' is {budget}, below max_model_len {max_model_len}; "
+            "the continuous scheduler prefills a whole prompt in one step, so the budget must be at least "
+            "max_model_len (or use kind: chunked)."
+        )
+    allocator = w.allocator or ("contiguous" if sched.kind == "static" else "paged")
+    memory = memory_budget(
+        model, hardware, weights, kv_fmt, block_size=sched.block_size if allocator == "paged" else 1,
+        gpu_memory_utilization=w.gpu_memory_utilization, max_num_batched_tokens=budget,
+        max_num_seqs=sched.max_num_seqs, realistic=w.mode == "realistic", num_gpu_blocks=w.num_gpu_blocks,
+    )
+    if memory.num_blocks <= 0:
+        raise CapsimError(
+            f"{source}: {model.name} with {weights.name} weights ({memory.weight_bytes / 1e9:.1f} GB) leaves no memory "
+            f"for the KV cache on {hardware.name} ({hardware.memory_bytes / 2**30:.0f} GiB x "
+            f"gpu_memory_utilization {w.gpu_memory_utilization}). Use a smaller model or weight format, or a bigger GPU."
+        )
+    return Setup(w, source, base_dir, model, hardware, weights, kv_fmt, allocator, max_model_len, budget, memory)
+
+
+def build_replica(setup: Setup, index: int = 0) -> Replica:
+    w, sched = setup.workload, setup.workload.scheduler
+    if setup.allocator == "paged":
+        watermark = int(sched.watermark * setup.memory.num_blocks)
+        kv = PagedAllocator(setup.memory.num_blocks, sched.block_size, watermark)
+    else:
+        kv = ContiguousAllocator(setup.memory.num_blocks, setup.max_model_len, w.reserve)
+    scheduler = SCHEDULERS[sched.kind](sched.max_num_seqs, setup.max_num_batched_tokens, setup.max_model_len)
+    cost = CostModel(setup.model, setup.hardware, setup.weights, setup.kv_cache, mode=w.mode, unit_step_s=w.unit_step_s)
+    return Replica(index, scheduler, kv, cost)
+
+
+def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True, **overrides) -> RunResult:
+    """Run one simulation. `workload` is a config object or a YAML path; keyword overrides are
+    the CLI's (gpu, model, kv_cache, scheduler, allocator, rate, requests, seed, ...)."""
+    if isinstance(workload, (str, Path)):
+        source, base_dir = str(workload), Path(workload).parent
+        w = load_workload(workload)
+    else:
+        source, base_dir, w = "workload", None, workload
+    w = apply_overrides(w, source, **overrides)
+    setup = resolve(w, source, base_dir)
+    replica = build_replica(setup)
+    stream = build_stream(w, base_dir)
+    engine = Engine([replica], stream, horizon_s=w.horizon_s, macro_steps=macro_steps)
+    end_s = engine.run()
+    return _result(setup, engine, end_s)
+
+
+def _result(setup: Setup, engine: Engine, end_s: float) -> RunResult:
+    requests = engine.requests.frame()
+    steps = engine.steps.frame()
+    gaps = engine.gaps.arrays()
+    cm = engine.replicas[0].cost
+    summary = summarize(
+        requests, steps, gaps, duration_s=end_s, peak_flops=cm.peak, bandwidth_bytes_per_s=cm.bandwidth,
+        kv_capacity_tokens=setup.memory.kv_tokens, slo=setup.workload.slo, replicas=len(engine.replicas),
+    )
+    if len(engine.stream.class_names) > 1:
+        summary["classes"] = per_class(requests, gaps)
+    if setup.allocator == "contiguous":
+        summary["kv_reserved_unused"], summary["kv_internal_waste"] = summary["kv_internal_waste"], 0.0
+    else:
+        summary["kv_reserved_unused"] = 0.0
+    summary["setup"] = describe(setup)
+    return RunResult(setup, summary, requests, steps, gaps)
+
+
+def describe(setup: Setup) -> dict:
+    """The resolved set-up, as it goes into summary.json."""
+    w, m = setup.workload, setup.memory
+    return {
+        "workload": w.name or setup.source, "model": setup.model.name, "gpu": setup.hardware.name,
+        "weights": setup.weights.name, "kv_cache": setup.kv_cache.name, "mode": w.mode,
+        "scheduler": w.scheduler.kind, "allocator": setup.allocator, "max_num_seqs": w.scheduler.max_num_seqs,
+        "max_num_batched_tokens": setup.max_num_batched_tokens, "block_size": w.scheduler.block_size,
+        "max_model_len": setup.max_model_len, "num_gpu_blocks": m.num_blocks, "kv_capacity_tokens": m.kv_tokens,
+        "weight_bytes": m.weight_bytes, "kv_cache_bytes": m.kv_bytes, "seed": w.seed,
+    }

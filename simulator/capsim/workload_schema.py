@@ -1,0 +1,208 @@
+"""The workload file's schema (DESIGN §5): validated, frozen data; unknown keys are errors.
+
+Read with capsim.config.load_yaml_as(WorkloadConfig, path); `capsim schema` prints it as JSON Schema.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from capsim.config import _UNION_TAGS, Frozen, ModelSpec
+
+class Fixed(Frozen):
+    dist: Literal["fixed"]
+    value: int = Field(gt=0)
+
+
+class Uniform(Frozen):
+    """Integers uniform on [min, max], both included."""
+
+    dist: Literal["uniform"]
+    min: int = Field(gt=0)
+    max: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _order(self) -> Uniform:
+        if self.max < self.min:
+            raise ValueError("max must be >= min")
+        return self
+
+
+class Normal(Frozen):
+    dist: Literal["normal"]
+    mean: float = Field(gt=0)
+    std: float = Field(ge=0)
+    min: int = Field(1, gt=0)
+    max: int | None = Field(None, gt=0)
+
+
+class LogNormal(Frozen):
+    """Long-tailed lengths (ShareGPT-like): `mean` of the distribution and log-space `sigma`."""
+
+    dist: Literal["lognormal"]
+    mean: float = Field(gt=0)
+    sigma: float = Field(gt=0)
+    min: int = Field(1, gt=0)
+    max: int | None = Field(None, gt=0)
+
+
+class Empirical(Frozen):
+    """A histogram: `values[i]` drawn with weight `weights[i]` (uniform when weights are omitted)."""
+
+    dist: Literal["empirical"]
+    values: list[int] = Field(min_length=1)
+    weights: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> Empirical:
+        if any(v <= 0 for v in self.values):
+            raise ValueError("values must be positive token counts")
+        if self.weights is not None:
+            if len(self.weights) != len(self.values):
+                raise ValueError("weights must have one entry per value")
+            if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
+                raise ValueError("weights must be >= 0 with a positive sum")
+        return self
+
+
+class InOrder(Frozen):
+    """These exact values, in order, repeating if more requests arrive than values given."""
+
+    dist: Literal["sequence"]
+    values: list[int] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _positive(self) -> InOrder:
+        if any(v <= 0 for v in self.values):
+            raise ValueError("values must be positive token counts")
+        return self
+
+
+class FromTrace(Frozen):
+    """Lengths come from the arrivals trace (arrivals.kind: trace)."""
+
+    dist: Literal["trace"]
+
+
+Lengths = Annotated[Fixed | Uniform | Normal | LogNormal | Empirical | InOrder | FromTrace, Field(discriminator="dist")]
+
+
+class Poisson(Frozen):
+    kind: Literal["poisson"]
+    rate_per_s: float = Field(gt=0)
+
+
+class Gamma(Frozen):
+    """Gamma inter-arrival times, vLLM's --burstiness: shape = burstiness; < 1 is burstier than Poisson."""
+
+    kind: Literal["gamma"]
+    rate_per_s: float = Field(gt=0)
+    burstiness: float = Field(gt=0)
+
+
+class Constant(Frozen):
+    kind: Literal["constant"]
+    rate_per_s: float = Field(gt=0)
+
+
+class AllAtOnce(Frozen):
+    kind: Literal["all_at_once"]
+    at_s: float = Field(0.0, ge=0)
+
+
+class ClosedLoop(Frozen):
+    """`users` each send a request, wait for its last token, think, and send the next."""
+
+    kind: Literal["closed_loop"]
+    users: int = Field(gt=0)
+    think_time_s: float = Field(0.0, ge=0)
+    think_time_dist: Literal["fixed", "exponential"] = "exponential"
+
+
+class Trace(Frozen):
+    """Replay a CSV or JSONL file with columns arrival_s, prompt_tokens, output_tokens."""
+
+    kind: Literal["trace"]
+    file: str
+    time_scale: float = Field(1.0, gt=0, description="multiply trace times by this (0.5 = twice as fast)")
+
+
+Arrivals = Annotated[Poisson | Gamma | Constant | AllAtOnce | ClosedLoop | Trace, Field(discriminator="kind")]
+_UNION_TAGS.update({"fixed", "uniform", "normal", "lognormal", "empirical", "sequence", "trace", "poisson", "gamma",
+                    "constant", "all_at_once", "closed_loop"})
+
+
+class RequestClass(Frozen):
+    """One kind of request in a mixed workload (e.g. short chats beside long agent sessions)."""
+
+    name: str = Field(min_length=1)
+    weight: float = Field(gt=0, description="share of requests (normalised over the classes)")
+    prompt_tokens: Lengths
+    output_tokens: Lengths
+
+
+class SchedulerConfig(Frozen):
+    kind: Literal["static", "continuous", "chunked"] = "chunked"
+    max_num_seqs: int = Field(256, gt=0)
+    max_num_batched_tokens: int | None = Field(
+        None, gt=0, description="per-step token budget; default 2048 for chunked, max(max_model_len, 2048) otherwise"
+    )
+    block_size: int = Field(16, gt=0)
+    preemption: Literal["recompute", "swap"] = "recompute"
+    watermark: float = Field(0.01, ge=0, lt=1, description="share of blocks kept free when admitting (vLLM)")
+
+
+class SLO(Frozen):
+    """Service-level objectives for goodput (vLLM's ttft / tpot / e2el, in ms)."""
+
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    e2el_ms: float | None = Field(None, gt=0)
+
+
+class WorkloadConfig(Frozen):
+    name: str = ""
+    description: str = ""
+    model: str | ModelSpec
+    weights: str = "bf16"
+    kv_cache: str = "fp16"
+    gpu: str | None = Field(None, description="default GPU; --gpu overrides")
+    mode: Literal["realistic", "document", "unit"] = "realistic"
+    unit_step_s: float = Field(1.0, gt=0, description="step time in unit mode")
+    scheduler: SchedulerConfig = SchedulerConfig()
+    allocator: Literal["paged", "contiguous"] | None = Field(None, description="default: contiguous for static, else paged")
+    reserve: Literal["max_model_len", "request"] = "max_model_len"
+    max_model_len: int | None = Field(None, gt=0, description="default: the model's context length")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    num_gpu_blocks: int | None = Field(None, gt=0, description="override the computed KV capacity")
+    arrivals: Arrivals
+    prompt_tokens: Lengths | None = None
+    output_tokens: Lengths | None = None
+    classes: list[RequestClass] | None = Field(None, description="instead of prompt/output_tokens: a mix of kinds")
+    requests: int | None = Field(None, gt=0, description="how many requests arrive")
+    duration_s: float | None = Field(None, gt=0, description="or: send requests for this long")
+    horizon_s: float | None = Field(None, gt=0, description="stop the clock here; the rest is 'unfinished'")
+    slo: SLO | None = None
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> WorkloadConfig:
+        trace = self.arrivals.kind == "trace"
+        if not trace and self.requests is None and self.duration_s is None:
+            raise ValueError("give 'requests' (how many) or 'duration_s' (for how long)")
+        if self.classes is None and (self.prompt_tokens is None or self.output_tokens is None):
+            raise ValueError("give 'prompt_tokens' and 'output_tokens', or a list of 'classes'")
+        if self.classes is not None and (self.prompt_tokens is not None or self.output_tokens is not None):
+            raise ValueError("give either 'prompt_tokens'/'output_tokens' or 'classes', not both")
+        if self.classes is not None and len({c.name for c in self.classes}) != len(self.classes):
+            raise ValueError("classes: names must be unique")
+        lengths = [(f"classes.{c.name}", c.prompt_tokens, c.output_tokens) for c in self.classes or []]
+        lengths.append(("", self.prompt_tokens, self.output_tokens))
+        from_trace = [w for w, p, o in lengths if (p is not None and p.dist == "trace") or (o is not None and o.dist == "trace")]
+        if from_trace and not trace:
+            raise ValueError("length dist 'trace' needs arrivals.kind 'trace'")
+        if self.arrivals.kind == "all_at_once" and self.requests is None:
+            raise ValueError("arrivals 'all_at_once' needs 'requests'")
+        return self

@@ -1,0 +1,94 @@
+"""Shared fixtures: a round-number GPU (expected times are mental arithmetic), request and
+scheduler factories with keyword defaults, and a tiny model."""
+
+from __future__ import annotations
+
+import pytest
+
+from capsim.config import HardwareProfile, ModelSpec
+from capsim.request import Request
+
+ROUND_GPU = {
+    "name": "round-gpu",
+    "memory_bytes": 100_000_000_000,           # 100 GB
+    "memory_bandwidth_bytes_per_s": 1e12,      # 1 TB/s
+    "peak_flops": {"fp16": 100e12, "fp32": 10e12},  # 100 TFLOPS
+    "efficiency": {"bandwidth": 1.0, "compute": 1.0},
+    "overhead": {"step_s": 0.0, "layer_s": 0.0},
+    "interconnect": {"pcie_bytes_per_s": 10e9},
+    "sources": {"all": "round numbers for tests"},
+}
+
+# 1 layer, hidden 1000: easy to count by hand.
+TINY_MODEL = {
+    "name": "tiny", "source": "test", "num_layers": 1, "hidden_size": 1000, "num_heads": 10,
+    "num_kv_heads": 10, "head_dim": 100, "intermediate_size": 4000, "mlp": "plain", "vocab_size": 1000,
+    "tie_embeddings": True, "max_context_tokens": 100_000,
+}
+
+
+@pytest.fixture
+def round_gpu() -> HardwareProfile:
+    return HardwareProfile.model_validate(ROUND_GPU)
+
+
+@pytest.fixture
+def tiny_model() -> ModelSpec:
+    return ModelSpec.model_validate(TINY_MODEL)
+
+
+_next_id = [0]
+
+
+def make_request(prompt: int = 10, output: int = 5, *, arrival_s: float = 0.0, computed: int = 0,
+                 generated: int = 0, rid: int | None = None, **kw) -> Request:
+    """A request in any state: computed/generated tokens can be set directly."""
+    if rid is None:
+        rid = _next_id[0]
+        _next_id[0] += 1
+    return Request(rid, arrival_s, prompt, output, computed_tokens=computed, generated_tokens=generated, **kw)
+
+
+def decoding(prompt: int = 10, output: int = 5, generated: int = 1, **kw) -> Request:
+    """A request past its prefill, about to decode its next token."""
+    return make_request(prompt, output, computed=prompt + generated - 1, generated=generated, **kw)
+
+
+def make_scheduler(kind: str = "continuous", *, max_num_seqs: int = 4, max_num_batched_tokens: int = 1000,
+                   max_model_len: int = 1000):
+    from capsim.schedulers import SCHEDULERS
+
+    return SCHEDULERS[kind](max_num_seqs, max_num_batched_tokens, max_model_len)
+
+
+def make_paged(num_blocks: int = 100, block_size: int = 4, watermark: int = 0):
+    from capsim.kv_cache import PagedAllocator
+
+    return PagedAllocator(num_blocks, block_size, watermark)
+
+
+@pytest.fixture
+def round_gpu_file(tmp_path):
+    """The round-number GPU as a profile YAML, for workloads (`gpu: <path>`)."""
+    import yaml
+
+    path = tmp_path / "round-gpu.yaml"
+    path.write_text(yaml.safe_dump(ROUND_GPU))
+    return str(path)
+
+
+def workload(gpu: str, **fields):
+    """A validated WorkloadConfig on the tiny model with small defaults; keywords override."""
+    from capsim.config import validate
+    from capsim.workload_schema import WorkloadConfig
+
+    data = {
+        "model": dict(TINY_MODEL), "gpu": gpu, "weights": "fp16", "kv_cache": "fp16",
+        "scheduler": {"kind": "continuous", "max_num_seqs": 8, "block_size": 4},
+        "max_model_len": 4096, "arrivals": {"kind": "poisson", "rate_per_s": 1000.0},
+        "prompt_tokens": {"dist": "uniform", "min": 10, "max": 200},
+        "output_tokens": {"dist": "uniform", "min": 1, "max": 60}, "requests": 40, "seed": 1,
+    }
+    data.update(fields)
+    data = {k: v for k, v in data.items() if v is not None}  # a None keyword removes the key
+    return validate(WorkloadConfig, data, "test workload")

@@ -1,0 +1,159 @@
+"""The SimPy engine end to end: the documents' examples, hand-computed timings, macro-steps equal
+to step-by-step, accounting, determinism."""
+
+import math
+
+import numpy as np
+import pytest
+from conftest import workload
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from capsim.simulate import simulate
+
+
+def test_seed_example_static_17_steps_continuous_12(round_gpu_file):
+    lengths = {"dist": "sequence", "values": [9, 3, 4, 2, 8, 3, 5, 6]}
+    w = workload(round_gpu_file, mode="unit", arrivals={"kind": "all_at_once"}, requests=8,
+                 prompt_tokens={"dist": "fixed", "value": 16}, output_tokens=lengths,
+                 scheduler={"kind": "continuous", "max_num_seqs": 4})
+    static = simulate(w, scheduler="static").summary
+    continuous = simulate(w).summary
+    assert static["num_steps"] == 17 and static["slot_utilisation"] == pytest.approx(40 / 68)
+    assert continuous["num_steps"] == 12 and continuous["slot_utilisation"] == pytest.approx(40 / 48)
+    assert round(100 * static["slot_utilisation"]) == 59 and round(100 * continuous["slot_utilisation"]) == 83
+
+
+def test_lone_request_timing_by_hand(round_gpu_file):
+    # Tiny model on the round GPU (1 TB/s, 100 TFLOPS, efficiency 1, no overheads), one request of
+    # 1000 prompt tokens and 5 output tokens. Weights: 13e6 params x 2 bytes = 26e6 bytes, of
+    # which the embedding lookup is not read: (4e6 attention + 8e6 MLP + 1e6 LM head) x 2 = 26 us.
+    # Prefill: 2 x 12e6 x 1000 + 2 x 1e6 FLOPs = 24.002 GFLOP -> 240.02 us (compute-bound);
+    #   attention 4000 FLOPs per (token, position) x 500,500 pairs = 20.02 us vs 8e6 KV bytes = 8 us.
+    # Decode at context c: 26 us of weights + (c + 2) x 4000 KV bytes (read c+1, write 1).
+    w = workload(round_gpu_file, arrivals={"kind": "all_at_once"}, requests=1,
+                 prompt_tokens={"dist": "fixed", "value": 1000}, output_tokens={"dist": "fixed", "value": 5})
+    r = simulate(w)
+    prefill_s = 240.02e-6 + 20.02e-6
+    decodes_s = sum(26e-6 + (c + 2) * 4000 / 1e12 for c in range(1000, 1004))
+    row = r.requests.iloc[0]
+    assert row["ttft_ms"] == pytest.approx(prefill_s * 1e3, rel=1e-9)
+    assert row["e2el_ms"] == pytest.approx((prefill_s + decodes_s) * 1e3, rel=1e-9)
+    assert row["queueing_ms"] == 0.0
+    assert r.summary["num_steps"] == 5
+
+
+def _both(w, **kw):
+    return simulate(w, macro_steps=True, **kw), simulate(w, macro_steps=False, **kw)
+
+
+CASES = {
+    "continuous-paged": {},
+    "chunked-paged": {"scheduler": {"kind": "chunked", "max_num_seqs": 8, "max_num_batched_tokens": 64, "block_size": 4}},
+    "static-contiguous": {"scheduler": {"kind": "static", "max_num_seqs": 6, "block_size": 4}},
+    "continuous-contiguous": {"allocator": "contiguous", "max_model_len": 300},
+    "preempting": {"num_gpu_blocks": 60, "scheduler": {"kind": "chunked", "max_num_seqs": 16, "block_size": 4}},
+    "bursty": {"arrivals": {"kind": "gamma", "rate_per_s": 400.0, "burstiness": 0.2}},
+    "slow-arrivals": {"arrivals": {"kind": "poisson", "rate_per_s": 50.0}},
+    "closed-loop": {"arrivals": {"kind": "closed_loop", "users": 5, "think_time_s": 0.001}},
+    "closed-loop-no-think": {"arrivals": {"kind": "closed_loop", "users": 3, "think_time_s": 0.0}},
+    "horizon": {"horizon_s": 0.01},
+    "classes": {"prompt_tokens": None, "output_tokens": None, "classes": [
+        {"name": "a", "weight": 3, "prompt_tokens": {"dist": "fixed", "value": 50}, "output_tokens": {"dist": "fixed", "value": 30}},
+        {"name": "b", "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 900}, "output_tokens": {"dist": "uniform", "min": 1, "max": 9}}]},
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_macro_steps_equal_step_by_step(round_gpu_file, case):
+    w = workload(round_gpu_file, **CASES[case])
+    macro, step = _both(w)
+    assert macro.summary_json() == step.summary_json()
+    assert macro.requests.equals(step.requests)
+    assert macro.steps.equals(step.steps)
+    assert macro.summary["num_steps"] > 0
+
+
+def test_preempting_case_really_preempts(round_gpu_file):
+    w = workload(round_gpu_file, **CASES["preempting"])
+    s = simulate(w).summary
+    assert s["preemptions"] > 0 and s["recomputed_tokens"] > 0
+    assert s["completed"] + s["rejected"] + s["unfinished"] == s["arrived"] == 40
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    kind=st.sampled_from(["static", "continuous", "chunked"]),
+    allocator=st.sampled_from(["paged", "contiguous"]),
+    blocks=st.integers(20, 400),
+    rate=st.floats(10, 5000),
+    seed=st.integers(0, 1000),
+    horizon=st.one_of(st.none(), st.floats(0.001, 0.05)),
+)
+def test_accounting_and_time_properties(round_gpu_file, kind, allocator, blocks, rate, seed, horizon):
+    w = workload(round_gpu_file, scheduler={"kind": kind, "max_num_seqs": 8, "block_size": 4,
+                                            "max_num_batched_tokens": 4096 if kind != "chunked" else 48},
+                 allocator=allocator, num_gpu_blocks=blocks if allocator == "paged" else blocks * 4,
+                 arrivals={"kind": "poisson", "rate_per_s": rate}, seed=seed, horizon_s=horizon, max_model_len=4096)
+    r = simulate(w)
+    s = r.summary
+    assert s["arrived"] == s["completed"] + s["rejected"] + s["unfinished"]
+    assert s["arrived"] == len(r.requests)
+    if horizon is None:
+        assert s["unfinished"] == 0  # everything drains without a horizon
+    ends = r.steps["end_s"].to_numpy()
+    assert np.all(np.diff(ends) >= 0) and np.all(r.steps["duration_s"] > 0)
+    capacity = blocks if allocator == "paged" else blocks * 4
+    assert (r.steps["kv_used_units"] <= capacity).all()  # (no steps at all when everything is rejected)
+    done = r.requests[r.requests["outcome"] == "completed"]
+    assert np.all(done["first_token_s"] >= done["arrival_s"]) and np.all(done["finish_s"] >= done["first_token_s"])
+    assert np.all(done["generated_tokens"] == done["output_tokens"])
+
+
+def test_far_below_capacity_no_queueing_far_above_queue_grows(round_gpu_file):
+    light = simulate(workload(round_gpu_file, arrivals={"kind": "poisson", "rate_per_s": 5.0})).summary
+    assert light["mean_queueing_ms"] == 0.0
+    heavy = simulate(workload(round_gpu_file, arrivals={"kind": "poisson", "rate_per_s": 1e6}, requests=200,
+                              scheduler={"kind": "continuous", "max_num_seqs": 4})).summary
+    assert heavy["mean_queueing_ms"] > 100 * heavy["mean_ttft_ms"] / 200  # requests wait for seats
+    assert heavy["p99_ttft_ms"] > 20 * light["p99_ttft_ms"]
+    assert heavy["completed"] + heavy["rejected"] + heavy["unfinished"] == heavy["arrived"] == 200
+
+
+def test_requests_that_can_never_fit_are_rejected_with_reasons(round_gpu_file):
+    w = workload(round_gpu_file, max_model_len=300, num_gpu_blocks=40,
+                 prompt_tokens={"dist": "sequence", "values": [100, 400, 100, 250]},
+                 output_tokens={"dist": "fixed", "value": 10}, requests=4)
+    s = simulate(w).summary
+    # 400 + 10 > max_model_len 300; 250 + 10 tokens need 65 blocks of 4 > 40 - watermark.
+    assert s["rejected_reasons"] == {"exceeds_kv_capacity": 1, "exceeds_max_model_len": 1}
+    assert s["completed"] == 2 and s["arrived"] == 4
+
+
+def test_same_workload_and_seed_give_identical_summary_bytes(round_gpu_file):
+    w = workload(round_gpu_file, arrivals={"kind": "gamma", "rate_per_s": 300.0, "burstiness": 0.5})
+    assert simulate(w).summary_json() == simulate(w).summary_json()
+    assert simulate(w).summary_json() != simulate(w, seed=2).summary_json()
+
+
+def test_chunked_prefill_protects_chatters_from_a_100k_prompt(tmp_path):
+    # 40 chatters stream 40-token answers; a 100K-token prompt arrives among them. Without chunking
+    # its prefill is one multi-second step that stalls every chatter once (several % of their
+    # gaps); chunked prefill spreads it over ~50 steps of ~0.1 s.
+    rows = [(0.01 * i, 200, 40) for i in range(40)] + [(0.2, 100_000, 10)]
+    rows.sort()
+    (tmp_path / "trace.csv").write_text(
+        "arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{t},{p},{o}\n" for t, p, o in rows))
+    from capsim.config import validate
+    from capsim.workload_schema import WorkloadConfig
+
+    w = validate(WorkloadConfig, {
+        "model": "llama-3.1-8b", "gpu": "h100-sxm", "weights": "bf16", "max_model_len": 131072,
+        "scheduler": {"kind": "chunked", "max_num_batched_tokens": 2048},
+        "arrivals": {"kind": "trace", "file": str(tmp_path / "trace.csv")},
+        "prompt_tokens": {"dist": "trace"}, "output_tokens": {"dist": "trace"}}, "test")
+    chunked = simulate(w).summary
+    continuous = simulate(w, scheduler="continuous", max_num_batched_tokens=131072).summary
+    assert chunked["completed"] == continuous["completed"] == 41
+    assert chunked["p99_itl_ms"] * 5 < continuous["p99_itl_ms"]
+    assert continuous["p99_itl_ms"] > 1000  # the whole prefill, seen as one gap

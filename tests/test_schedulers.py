@@ -1,0 +1,154 @@
+"""Schedulers are pure planners: table-driven tests on (waiting, running, allocator) -> plan."""
+
+from collections import deque
+
+import pytest
+from conftest import decoding, make_paged, make_request, make_scheduler
+
+from capsim.kv_cache import ContiguousAllocator
+
+
+def _hold(kv, *reqs):
+    """Give running requests the blocks they already hold."""
+    for r in reqs:
+        kv.allocate(r, r.computed_tokens)
+
+
+def _ids(reqs):
+    return [r.id for r in reqs]
+
+
+@pytest.mark.parametrize(
+    "kind, prompts, seqs, budget, admitted",
+    [
+        ("continuous", [10, 10, 10], 4, 1000, 3),   # all fit
+        ("continuous", [10, 10, 10], 2, 1000, 2),   # max_num_seqs caps the batch
+        ("continuous", [400, 400, 400], 4, 1000, 2),  # whole prompts must fit the token budget
+        ("chunked", [400, 400, 400], 4, 1000, 3),   # chunked: the third gets a 200-token chunk
+        ("static", [10, 10, 10, 10, 10], 4, 1000, 4),  # a static batch of max_num_seqs
+    ],
+)
+def test_admission_limits(kind, prompts, seqs, budget, admitted):
+    sched = make_scheduler(kind, max_num_seqs=seqs, max_num_batched_tokens=budget)
+    waiting = deque(make_request(p, 5) for p in prompts)
+    plan = sched.schedule(waiting, [], make_paged(1000))
+    assert len(plan.admitted) == admitted
+    assert _ids(plan.admitted) == _ids(list(waiting)[:admitted])  # first come first served
+    assert plan.num_tokens <= (budget if kind != "static" else 10**9)
+
+
+def test_chunked_gives_decodes_first_then_chunks_the_prompt():
+    sched = make_scheduler("chunked", max_num_batched_tokens=100)
+    running = [decoding(10, 5), decoding(20, 5)]
+    kv = make_paged(1000)
+    _hold(kv, *running)
+    long_prompt = make_request(500, 5)
+    plan = sched.schedule(deque([long_prompt]), running, kv)
+    assert plan.scheduled[:2] == running and plan.new_tokens[:2] == [1, 1]
+    assert plan.scheduled[2] is long_prompt and plan.new_tokens[2] == 98  # the rest of the budget
+
+
+def test_chunked_continues_a_partial_prefill():
+    sched = make_scheduler("chunked", max_num_batched_tokens=100)
+    partial = make_request(500, 5, computed=98)
+    kv = make_paged(1000)
+    _hold(kv, partial)
+    plan = sched.schedule(deque(), [partial], kv)
+    assert plan.new_tokens == [100] and not plan.decode_only
+
+
+def test_continuous_prefills_a_whole_prompt_beside_decodes():
+    sched = make_scheduler("continuous", max_num_batched_tokens=1000)
+    running = [decoding(10, 5)]
+    kv = make_paged(1000)
+    _hold(kv, *running)
+    plan = sched.schedule(deque([make_request(300, 5)]), running, kv)
+    assert plan.new_tokens == [1, 300]
+
+
+def test_preempts_the_newest_when_blocks_run_out():
+    # 3 blocks of 4 tokens; two decoding requests each hold one full block and need a second.
+    kv = make_paged(num_blocks=3, block_size=4)
+    old, new = decoding(4, 5, generated=1, arrival_s=0.0), decoding(4, 5, generated=1, arrival_s=1.0)
+    _hold(kv, old, new)
+    kv.allocate(make_request(4, 1, rid=999), 4)  # a third request holds the last block
+    kv_free_before = kv.free_units
+    assert kv_free_before == 0
+    plan = make_scheduler("continuous").schedule(deque(), [old, new], kv)
+    assert plan.preempted == [new]
+    assert plan.scheduled == [old] and plan.new_tokens == [1]
+
+
+def test_preempts_itself_when_it_is_the_newest():
+    kv = make_paged(num_blocks=1, block_size=4)
+    only = decoding(4, 5, generated=1)
+    _hold(kv, only)
+    plan = make_scheduler("chunked").schedule(deque(), [only], kv)
+    assert plan.preempted == [only] and plan.is_empty
+
+
+@pytest.mark.parametrize(
+    "prompt, output, max_model_len, blocks, reason",
+    [
+        (900, 200, 1000, 1000, "exceeds_max_model_len"),
+        (300, 100, 1000, 50, "exceeds_kv_capacity"),   # needs 100 blocks of 4, only 50 exist
+        (100, 50, 1000, 1000, None),
+    ],
+)
+def test_rejects_what_can_never_fit(prompt, output, max_model_len, blocks, reason):
+    sched = make_scheduler("chunked", max_model_len=max_model_len)
+    req = make_request(prompt, output)
+    plan = sched.schedule(deque([req]), [], make_paged(blocks))
+    if reason is None:
+        assert plan.admitted == [req] and not plan.rejected
+    else:
+        assert plan.rejected == [(req, reason)] and not plan.admitted
+
+
+def test_static_batch_runs_to_completion_before_newcomers():
+    sched = make_scheduler("static", max_num_seqs=2)
+    kv = ContiguousAllocator(capacity_tokens=10_000, max_model_len=1000)
+    running = [decoding(10, 5)]
+    _hold(kv, *running)
+    plan = sched.schedule(deque([make_request(10, 5)]), running, kv)
+    assert plan.scheduled == running and not plan.admitted
+    assert plan.slots == 2 and not plan.wake_on_arrival
+
+
+@pytest.mark.parametrize(
+    "outputs_left, blocks, expect",
+    [
+        ((5, 9), 1000, 5),  # runs until the first request finishes (inclusive)
+        # two requests at 4 tokens, blocks of 4, 3 spare: step 1 takes 2 blocks, steps 2-4 fit in
+        # them, step 5 would need 2 more with 1 left -> 4 steps
+        ((50, 60), 3, 4),
+    ],
+)
+def test_repeat_steps_stop_at_completion_or_memory(outputs_left, blocks, expect):
+    kv = make_paged(num_blocks=1000, block_size=4)
+    running = [decoding(4, 1 + left, generated=1, rid=100 + i) for i, left in enumerate(outputs_left)]
+    _hold(kv, *running)
+    spare = kv.free_units - blocks
+    kv.allocate(make_request(spare * 4, 1, rid=999), spare * 4)
+    plan = make_scheduler("continuous").schedule(deque(), running, kv)
+    assert plan.decode_only
+    assert plan.repeat_steps == expect
+
+
+def test_repeat_is_off_while_anyone_prefills():
+    kv = make_paged(1000)
+    running = [decoding(10, 50)]
+    _hold(kv, *running)
+    plan = make_scheduler("continuous").schedule(deque([make_request(10, 5)]), running, kv)
+    assert not plan.decode_only and plan.repeat_steps == 1
+
+
+def test_blocked_queue_does_not_wake_on_arrival():
+    kv = make_paged(1000)
+    running = [decoding(10, 50, rid=1), decoding(10, 50, rid=2)]
+    _hold(kv, *running)
+    sched = make_scheduler("continuous", max_num_seqs=2)
+    plan = sched.schedule(deque([make_request(10, 5)]), running, kv)
+    assert not plan.wake_on_arrival and plan.decode_only
+    plan = make_scheduler("continuous", max_num_seqs=4).schedule(deque(), running, kv)
+    assert plan.wake_on_arrival
