@@ -74,33 +74,38 @@ def _cost_model(setup: TableSetup) -> tuple[CostModel, list[str]]:
         f"{cm.doc_flops_per_token / 1e9:.1f} GFLOP per token ({src}: 2 x parameters)",
         f"peak {cm.peak / 1e12:.1f} TFLOPS x {cm.eta_fl:.0%} usable, {cm.bandwidth / 1e9:,.0f} GB/s x {cm.eta_bw:.0%} ({gpu_src})",
         "document mode: weights-only traffic, no overheads"
-        + ("" if setup.context_tokens is None else f", plus KV reads of {setup.context_tokens:,} tokens per sequence"),
+        + ("" if setup.context_tokens is None else f", plus each sequence's KV reads and attention FLOPs at {setup.context_tokens:,} tokens of context"),
     ]
     return cm, notes
 
 
 def batch_table(setup: TableSetup = TableSetup()) -> DocTable:
-    """Batch size vs pass time vs total tokens/s (the note's first table)."""
+    """Batch size vs pass time vs total tokens/s (the note's first table).
+
+    With a context, each sequence also reads its KV cache and spends attention FLOPs on it
+    (the note's "the real crossover comes earlier").
+    """
     cm, notes = _cost_model(setup)
     ctx = setup.context_tokens or 0
-    kv_per_seq = arch.kv_bytes_for_context(cm.model, ctx, cm.kv_format.bytes_per_value) if ctx else 0.0
-    crossover = _crossover(cm, kv_per_seq)
-    batches = sorted(set(NOTE_BATCHES) | ({math.ceil(crossover)} if crossover and ctx else set()))
+    kv_s, attn_s = _per_sequence_context_costs(cm, ctx)
+    crossover = _crossover(cm, kv_s, attn_s)
+    batches = sorted(set(NOTE_BATCHES) | ({math.ceil(crossover)} if ctx else set()))
     rows = []
     for b in batches:
         compute_s, weights_s, _, _ = cm.gemm_part(b, b, b)
-        memory_s = weights_s + b * kv_per_seq / (cm.eta_bw * cm.bandwidth)
+        compute_s += b * attn_s
+        memory_s = weights_s + b * kv_s
         pass_s = max(compute_s, memory_s)
         bound = "compute" if compute_s > memory_s else "memory"
         rows.append([b, round(pass_s * 1e3, 3), round(b / pass_s, 1), round(1 / pass_s, 1), bound])
-    cross = "never (KV reads grow as fast as compute)" if crossover is None else f"{crossover:.1f}"
     table = DocTable(
         "batch",
         "Batch vs pass time vs throughput",
         ["batch", "pass_time_ms", "total_tokens_per_s", "tokens_per_s_per_user", "bound"],
         rows,
         notes,
-        [f"compute/memory crossover at batch {cross}"],
+        [f"crossover at batch {crossover:.1f}: there each sequence's own work (its FLOPs or its KV reads, "
+         "whichever takes longer) adds up to the shared weight read; beyond it batching stops being free"],
     )
     if setup == TableSetup():
         table.notes.append(
@@ -109,13 +114,22 @@ def batch_table(setup: TableSetup = TableSetup()) -> DocTable:
     return table
 
 
-def _crossover(cm: CostModel, kv_per_seq_bytes: float) -> float | None:
-    """Batch where compute time catches up with memory time (continuous, not rounded)."""
-    per_seq_compute = cm.doc_flops_per_token / (cm.eta_fl * cm.peak)
-    per_seq_memory = kv_per_seq_bytes / (cm.eta_bw * cm.bandwidth)
-    if per_seq_compute <= per_seq_memory:
-        return None
-    return (cm.total_weight_bytes / (cm.eta_bw * cm.bandwidth)) / (per_seq_compute - per_seq_memory)
+def _per_sequence_context_costs(cm: CostModel, ctx: int) -> tuple[float, float]:
+    """(KV read seconds, attention FLOP seconds) one sequence at `ctx` tokens adds to a decode pass."""
+    if not ctx:
+        return 0.0, 0.0
+    kv_bytes = arch.kv_bytes_for_context(cm.model, ctx, cm.kv_format.bytes_per_value)
+    counts = cm.model.layer_counts
+    window = cm.model.sliding_window_tokens or 0
+    per_layer = arch.attention_flops_per_context_token(cm.model)
+    attn_flops = per_layer * (counts.full * ctx + counts.sliding * min(ctx, window))
+    return kv_bytes / (cm.eta_bw * cm.bandwidth), attn_flops / (cm.eta_fl * cm.peak)
+
+
+def _crossover(cm: CostModel, kv_s: float, attn_s: float) -> float:
+    """Batch at which per-sequence work equals the shared weight read (not rounded)."""
+    per_seq = max(cm.doc_flops_per_token / (cm.eta_fl * cm.peak) + attn_s, kv_s)
+    return (cm.total_weight_bytes / (cm.eta_bw * cm.bandwidth)) / per_seq
 
 
 def kv_capacity_table(setup: TableSetup = TableSetup()) -> DocTable:

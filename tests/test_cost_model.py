@@ -1,0 +1,108 @@
+"""The roofline cost model against hand arithmetic on the round-number GPU (1 TB/s, 100 TFLOPS)."""
+
+import numpy as np
+import pytest
+from conftest import TINY_MODEL, decoding, make_request
+
+from capsim.config import ModelSpec
+from capsim.cost_model import CostModel, DocumentAssumptions
+from capsim.formats import get_format
+from capsim.plan import StepPlan
+
+FP16 = get_format("fp16")
+
+
+def _cm(model, gpu, mode="realistic", kv="fp16", **kw):
+    return CostModel(model, gpu, FP16, get_format(kv), mode=mode, **kw)
+
+
+def _plan(*pairs):
+    return StepPlan(scheduled=[r for r, _ in pairs], new_tokens=[n for _, n in pairs])
+
+
+def test_decode_step_is_weights_plus_kv_bytes(tiny_model, round_gpu):
+    # Weights read: (4e6 attention + 8e6 MLP + 1e6 tied LM head) x 2 bytes = 26e6 B -> 26 us.
+    # KV per token: 2 x 10 heads x 100 dims x 2 bytes = 4000 B. Context 999 -> 1000 read + 1 written.
+    cost = _cm(tiny_model, round_gpu).step_cost(_plan((decoding(999, 5), 1)))  # 999 cached
+    assert cost.seconds == pytest.approx(26e-6 + 1001 * 4000 / 1e12, rel=1e-12)
+    assert cost.bound == "memory"
+    assert cost.bytes == pytest.approx(26e6 + 1001 * 4000)
+
+
+def test_prefill_is_compute_bound(tiny_model, round_gpu):
+    # 1000 tokens: 2 x 12e6 x 1000 + 2 x 1e6 (one logit) FLOPs = 24.002e9 -> 240.02 us;
+    # attention: 4000 FLOPs per pair x 500,500 pairs -> 20.02 us (vs 8 us of KV bytes).
+    cost = _cm(tiny_model, round_gpu).step_cost(_plan((make_request(1000, 5), 1000)))
+    assert cost.seconds == pytest.approx(240.02e-6 + 20.02e-6, rel=1e-12)
+    assert cost.bound == "compute"
+    assert cost.flops == pytest.approx(24.002e9 + 2.002e9)
+
+
+def test_decode_steps_agree_with_step_cost_and_grow_with_context(tiny_model, round_gpu):
+    cm = _cm(tiny_model, round_gpu)
+    reqs = [decoding(500, 50), decoding(2000, 50)]
+    contexts = np.array([r.computed_tokens for r in reqs])
+    steps = cm.decode_steps(contexts, 3)
+    one = cm.step_cost(_plan(*[(r, 1) for r in reqs]))
+    assert steps.seconds[0] == pytest.approx(one.seconds, rel=1e-12)
+    # each later step reads one more token per sequence: 2 x 4000 B = 8 ns more
+    assert np.diff(steps.seconds) == pytest.approx([8e-9, 8e-9], rel=1e-6)
+
+
+def test_document_mode_reproduces_the_note():
+    from capsim.catalog import load_hardware, load_model
+
+    doc = DocumentAssumptions(weight_bytes=17e9, flops_per_token=54e9, peak_flops=165e12, bandwidth_bytes_per_s=1008e9)
+    cm = CostModel(load_model("qwen3.5-27b"), load_hardware("rtx4090"), get_format("q4_k_m"), FP16,
+                   mode="document", document=doc)
+    times = {b: max(cm.gemm_part(b, b, b)[:2]) for b in (1, 26, 32, 64)}
+    assert times[1] == pytest.approx(17e9 / 1008e9)
+    assert times[32] == pytest.approx(32 * 54e9 / (0.5 * 165e12))
+    assert round(times[32] * 1e3, 3) == 20.945
+    decode = cm.decode_steps(np.array([100, 100]), 1)  # no KV traffic in document mode
+    assert decode.seconds[0] == pytest.approx(17e9 / 1008e9)
+
+
+def test_unit_mode_is_one_unit_per_step(tiny_model, round_gpu):
+    cm = _cm(tiny_model, round_gpu, mode="unit", unit_step_s=1.0)
+    assert cm.step_cost(_plan((make_request(100, 5), 100))).seconds == 1.0
+    assert list(cm.decode_steps(np.array([5, 6]), 3).seconds) == [1.0, 1.0, 1.0]
+
+
+def test_quantised_kv_reads_fewer_bytes_and_adds_dequant_work(tiny_model, round_gpu):
+    req = decoding(10_000, 5)
+    fp16 = _cm(tiny_model, round_gpu).step_cost(_plan((req, 1)))
+    q4 = _cm(tiny_model, round_gpu, kv="q4_0").step_cost(_plan((req, 1)))
+    kv16, kvq4 = fp16.bytes - 26e6, q4.bytes - 26e6
+    assert kvq4 == pytest.approx(kv16 * (18 / 32) / 2)  # 18 bytes per 32 values vs 2 bytes each
+    assert q4.flops > fp16.flops  # dequantisation
+
+
+def test_sliding_window_caps_attended_context(round_gpu):
+    spec = dict(TINY_MODEL, num_layers=2, layers={"full": 1, "sliding": 1}, sliding_window_tokens=100)
+    model = ModelSpec.model_validate(spec)
+    cm = _cm(model, round_gpu)
+    short, long = cm.step_cost(_plan((decoding(50, 5), 1))), cm.step_cost(_plan((decoding(5000, 5), 1)))
+    # full layer reads every token; the sliding layer at most 100
+    per_layer_token = 2000 * 2
+    weights = long.bytes - (5001 * per_layer_token + 100 * per_layer_token)
+    assert weights == pytest.approx(short.bytes - (51 + 51) * per_layer_token)
+
+
+def test_moe_reads_only_the_experts_touched(round_gpu):
+    spec = dict(TINY_MODEL, mlp="gated", moe={"num_experts": 8, "experts_per_token": 2, "expert_intermediate_size": 1000})
+    cm = _cm(ModelSpec.model_validate(spec), round_gpu)
+    assert cm.experts_touched(1) == pytest.approx(2.0)
+    assert cm.experts_touched(1000) == pytest.approx(8.0)
+    one, many = cm.gemm_part(1, 1, 1)[3], cm.gemm_part(64, 64, 64)[3]
+    assert many > one  # more tokens touch more experts
+
+
+def test_efficiency_and_overheads_from_the_profile(tiny_model, round_gpu):
+    gpu = round_gpu.model_copy(update={"efficiency": round_gpu.efficiency.model_copy(update={"bandwidth": 0.5}),
+                                       "overhead": round_gpu.overhead.model_copy(update={"step_s": 1e-3, "layer_s": 1e-4})})
+    base = _cm(tiny_model, round_gpu).step_cost(_plan((decoding(10, 5), 1)))
+    slow = CostModel(tiny_model, gpu, FP16, FP16).step_cost(_plan((decoding(10, 5), 1)))
+    assert slow.overhead_s == pytest.approx(1e-3 + 1e-4)
+    # attention reads fall back to the same bandwidth efficiency, so the whole memory time doubles
+    assert slow.seconds == pytest.approx(base.seconds / 0.5 + 1.1e-3, rel=1e-9)

@@ -1,0 +1,73 @@
+"""Metric definitions (vLLM's) and the weighted percentile trick."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import make_request
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from capsim.metrics import GapLog, RequestLog, StepLog, distribution, summarize, weighted_percentile
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 100, allow_nan=False), st.integers(1, 5)), min_size=1, max_size=30),
+       st.sampled_from([0, 1, 37.5, 50, 90, 99, 100]))
+def test_weighted_percentile_equals_numpy_on_the_expanded_list(pairs, q):
+    values = np.array([v for v, _ in pairs])
+    counts = np.array([c for _, c in pairs])
+    expanded = np.repeat(values, counts)
+    assert weighted_percentile(values, counts, q) == pytest.approx(np.percentile(expanded, q), abs=1e-9)
+
+
+def test_distribution_keys_and_empty():
+    d = distribution(np.array([1.0, 2.0, 3.0, 4.0]), "ttft")
+    assert d == {"mean_ttft_ms": 2.5, "median_ttft_ms": 2.5, "std_ttft_ms": pytest.approx(np.std([1, 2, 3, 4])),
+                 "p90_ttft_ms": pytest.approx(3.7), "p99_ttft_ms": pytest.approx(3.97)}
+    assert distribution(np.array([]), "itl")["p99_itl_ms"] == 0.0
+
+
+def test_request_records_derive_vllm_latencies():
+    log = RequestLog(("too_long",))
+    r = make_request(10, 5, rid=0, arrival_s=1.0)
+    r.first_scheduled_s, r.first_token_s, r.finish_s, r.generated_tokens = 1.5, 2.0, 4.0, 5
+    log.write(r, "completed")
+    df = log.frame()
+    row = df.iloc[0]
+    assert row["ttft_ms"] == 1000.0 and row["e2el_ms"] == 3000.0 and row["queueing_ms"] == 500.0
+    assert row["tpot_ms"] == pytest.approx(2000.0 / 4)  # (E2EL - TTFT) / (n - 1)
+    assert row["outcome"] == "completed" and row["reject_reason"] == ""
+
+
+def test_summary_counts_throughput_and_kv_utilisation():
+    log = RequestLog(("too_long",))
+    done = make_request(100, 11, rid=0, arrival_s=0.0)
+    done.first_scheduled_s, done.first_token_s, done.finish_s, done.generated_tokens = 0.0, 1.0, 2.0, 11
+    log.write(done, "completed")
+    log.write(make_request(5000, 1, rid=1, arrival_s=0.5), "rejected", "too_long")
+    steps = StepLog()
+    steps.add(end_s=np.array([1.0, 2.0]), duration_s=np.array([1.0, 1.0]), replica=0, num_seqs=1, slots=4,
+              prefill_tokens=0, decode_tokens=1, bound=1, flops=np.array([1e12, 1e12]), bytes=np.array([1e9, 1e9]),
+              kv_used_units=2, kv_held_tokens=np.array([32, 32]), kv_stored_tokens=np.array([16, 32]), waiting=0,
+              preempted=0)
+    gaps = GapLog()
+    gaps.add(0.1, 10)
+    s = summarize(log.frame(), steps.frame(), gaps.arrays(), duration_s=4.0, peak_flops=1e12,
+                  bandwidth_bytes_per_s=1e9, kv_capacity_tokens=64)
+    assert s["completed"] == 1 and s["rejected"] == 1 and s["arrived"] == 2 and s["unfinished"] == 0
+    assert s["rejected_reasons"] == {"too_long": 1}
+    assert s["output_throughput"] == 11 / 4.0 and s["total_token_throughput"] == 111 / 4.0
+    assert s["mean_itl_ms"] == pytest.approx(100.0) and s["p99_itl_ms"] == pytest.approx(100.0)
+    assert s["kv_utilisation"] == pytest.approx(48 / 64)       # time-averaged stored / held
+    assert s["kv_capacity_utilisation"] == pytest.approx(48 / (64 * 2))
+    assert s["slot_utilisation"] == pytest.approx(2 / 8) and s["mfu"] == pytest.approx(1.0)
+    assert s["gpu_busy_fraction"] == pytest.approx(0.5)
+
+
+def test_gap_log_keeps_order_across_single_and_bulk_adds():
+    g = GapLog()
+    g.add(1.0, 2)
+    g.add_many(np.array([3.0, 4.0]), 5)
+    g.add(2.0, 1, cls=1)
+    gaps, counts, classes = g.arrays()
+    assert list(gaps) == [1.0, 3.0, 4.0, 2.0] and list(counts) == [2, 5, 5, 1] and list(classes) == [0, 0, 0, 1]
