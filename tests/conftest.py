@@ -92,3 +92,42 @@ def workload(gpu: str, **fields):
     data.update(fields)
     data = {k: v for k, v in data.items() if v is not None}  # a None keyword removes the key
     return validate(WorkloadConfig, data, "test workload")
+
+
+# ---- capacity planning (sweeps, compares, capacity searches, plots, notebooks) ----
+
+@pytest.fixture
+def priced_gpu_file(tmp_path):
+    """The round-number GPU with a price of $2.00 per GPU-hour, as a profile YAML."""
+    import yaml
+
+    path = tmp_path / "priced-round-gpu.yaml"
+    path.write_text(yaml.safe_dump(dict(ROUND_GPU, price_per_hour_usd=2.0)))
+    return str(path)
+
+
+def unit_workload(gpu: str, **fields):
+    """A unit-mode workload (every step 10 ms): 10-token prompts and answers on 8 slots, so a
+    request holds a slot for 10 steps (0.1 s) and the server completes at most 80 requests/s."""
+    data = {"mode": "unit", "unit_step_s": 0.01, "prompt_tokens": {"dist": "fixed", "value": 10},
+            "output_tokens": {"dist": "fixed", "value": 10}, "arrivals": {"kind": "poisson", "rate_per_s": 20.0},
+            "requests": 120}
+    return workload(gpu, **(data | fields))
+
+
+def write_workload(path, w) -> str:
+    """A WorkloadConfig as a YAML file (for the command line)."""
+    import yaml
+
+    path.write_text(yaml.safe_dump(w.model_dump(mode="json", exclude_unset=True, exclude_none=True), sort_keys=False))
+    return str(path)
+
+
+def running_set(*reqs, block_size: int = 4, window: int = 0):
+    """A RunningSet holding these requests in this (admission) order."""
+    from capsim.running import RunningSet
+
+    rs = RunningSet(block_size, window)
+    for r in reqs:
+        rs.admit(r)
+    return rs

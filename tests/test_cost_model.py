@@ -38,15 +38,26 @@ def test_prefill_is_compute_bound(tiny_model, round_gpu):
     assert cost.flops == pytest.approx(24.002e9 + 2.002e9)
 
 
-def test_decode_steps_agree_with_step_cost_and_grow_with_context(tiny_model, round_gpu):
+def test_decode_seconds_agree_with_step_cost_and_grow_with_context(tiny_model, round_gpu):
     cm = _cm(tiny_model, round_gpu)
     reqs = [decoding(500, 50), decoding(2000, 50)]
-    contexts = np.array([r.computed_tokens for r in reqs])
-    steps = cm.decode_steps(contexts, 3)
+    attended = sum(r.computed_tokens + 1 for r in reqs)
     one = cm.step_cost(_plan(*[(r, 1) for r in reqs]))
-    assert steps.seconds[0] == pytest.approx(one.seconds, rel=1e-12)
+    assert cm.decode_seconds(2, attended, 0) == pytest.approx(one.seconds, rel=1e-12)
     # each later step reads one more token per sequence: 2 x 4000 B = 8 ns more
-    assert np.diff(steps.seconds) == pytest.approx([8e-9, 8e-9], rel=1e-6)
+    later = cm.decode_seconds(2, np.array([attended + 2.0, attended + 4.0]), np.zeros(2))
+    assert later - one.seconds == pytest.approx([8e-9, 16e-9], rel=1e-6)
+    detail = cm.decode_detail(np.array([2]), np.array([float(attended)]), np.zeros(1))
+    assert detail.bytes[0] == pytest.approx(one.bytes) and detail.flops[0] == pytest.approx(one.flops)
+
+
+def test_scalar_and_vector_decode_times_are_bit_identical(tiny_model, round_gpu):
+    cm = _cm(tiny_model, round_gpu, kv="q8_0")
+    rng = np.random.default_rng(0)
+    full = rng.integers(1, 10**7, size=200).astype(np.float64)
+    sliding = rng.integers(0, 10**5, size=200).astype(np.float64)
+    vector = cm.decode_seconds(7, full, sliding)
+    assert all(cm.decode_seconds(7, int(f), int(s)) == v for f, s, v in zip(full, sliding, vector))
 
 
 def test_document_mode_reproduces_the_note():
@@ -59,14 +70,13 @@ def test_document_mode_reproduces_the_note():
     assert times[1] == pytest.approx(17e9 / 1008e9)
     assert times[32] == pytest.approx(32 * 54e9 / (0.5 * 165e12))
     assert round(times[32] * 1e3, 3) == 20.945
-    decode = cm.decode_steps(np.array([100, 100]), 1)  # no KV traffic in document mode
-    assert decode.seconds[0] == pytest.approx(17e9 / 1008e9)
+    assert cm.decode_seconds(2, 202, 0) == pytest.approx(17e9 / 1008e9)  # no KV traffic in document mode
 
 
 def test_unit_mode_is_one_unit_per_step(tiny_model, round_gpu):
     cm = _cm(tiny_model, round_gpu, mode="unit", unit_step_s=1.0)
     assert cm.step_cost(_plan((make_request(100, 5), 100))).seconds == 1.0
-    assert list(cm.decode_steps(np.array([5, 6]), 3).seconds) == [1.0, 1.0, 1.0]
+    assert list(cm.decode_seconds(2, np.array([5.0, 6.0, 7.0]), np.zeros(3))) == [1.0, 1.0, 1.0]
 
 
 def test_quantised_kv_reads_fewer_bytes_and_adds_dequant_work(tiny_model, round_gpu):

@@ -14,6 +14,7 @@ def test_paged_hands_out_blocks_on_demand_and_frees_them():
     req = make_request(100, 10)
     assert kv.units_needed(req, 100) == 7
     kv.allocate(req, 100)
+    req.computed_tokens = 100  # the step that computes them ends
     assert kv.used_units == 7 and kv.held_tokens == 112 and kv.free_units == 3
     assert kv.units_needed(req, 112) == 0 and kv.units_needed(req, 113) == 1
     kv.release(req)
@@ -25,6 +26,7 @@ def test_fork_shares_blocks_until_both_release():
     kv = make_paged(num_blocks=10, block_size=4)
     parent, child = make_request(8, 1), make_request(8, 1)
     kv.allocate(parent, 8)
+    parent.computed_tokens = child.computed_tokens = 8
     kv.fork(parent, child)
     assert kv.used_units == 2 and all(kv.refcount(b) == 2 for b in kv.tables[parent.id])
     assert kv.units_held(parent) == 0  # releasing it alone frees nothing
@@ -52,23 +54,43 @@ def test_contiguous_reserves_max_model_len_or_the_request():
 ])
 def test_max_decode_steps(contexts, k_max, free, expect):
     kv = make_paged(num_blocks=free + sum(blocks_for(c, 4) for c in contexts), block_size=4)
-    for i, c in enumerate(contexts):
-        kv.allocate(make_request(c, 1, rid=i), c)
-    assert kv.max_decode_steps(np.array(contexts), k_max) == expect
+    from conftest import decoding, running_set
+
+    reqs = [decoding(c, 100, rid=i) for i, c in enumerate(contexts)]  # computed = c
+    for r in reqs:
+        r.computed_tokens, c = 0, r.computed_tokens
+        kv.allocate(r, c)
+        r.computed_tokens = c
+    assert kv.max_decode_steps(running_set(*reqs), k_max) == expect
 
 
-def test_growth_matches_step_by_step_allocation():
-    kv = make_paged(num_blocks=1000, block_size=4)
-    contexts = np.array([1, 4, 7, 10])
-    reqs = [make_request(int(c), 100, rid=i) for i, c in enumerate(contexts)]
-    for r, c in zip(reqs, contexts):
-        kv.allocate(r, int(c))
-    base = kv.used_units
-    growth = kv.growth(contexts, 9)
-    for k in range(1, 10):
-        for r, c in zip(reqs, contexts):
-            kv.allocate(r, int(c) + k)
-        assert kv.used_units - base == growth[k - 1]
+def test_promised_decode_blocks_match_step_by_step_allocation():
+    """Decoders grow in bulk through the running set's residues; naming the blocks later gives
+    the same tables as allocating one step at a time."""
+    from conftest import decoding, running_set
+
+    bulk, single = make_paged(num_blocks=1000, block_size=4), make_paged(num_blocks=1000, block_size=4)
+    reqs = [decoding(c, 100, rid=i) for i, c in enumerate([1, 4, 7, 10])]
+    twins = [decoding(c, 100, rid=i) for i, c in enumerate([1, 4, 7, 10])]
+    for kv, group in ((bulk, reqs), (single, twins)):
+        for r in group:
+            r.computed_tokens, c = 0, r.computed_tokens
+            kv.allocate(r, c)
+            r.computed_tokens = c
+    rs = running_set(*reqs)
+    need = rs.new_blocks(9)
+    bulk.promise(need)
+    rs.advance(9, 1.0)
+    for step in range(9):
+        for r in twins:
+            single.allocate(r, r.computed_tokens + 1)
+            r.computed_tokens += 1
+    assert bulk.used_units == single.used_units
+    for r in reqs:
+        rs.sync(r)
+        bulk.release(r)
+    bulk.check()
+    assert bulk.used_units == 0
 
 
 def test_memory_budget_follows_vllm(tiny_model, round_gpu):
@@ -100,19 +122,21 @@ def test_paged_allocator_invariants(ops):
             target = tokens[i] + n
             if kv.units_needed(req, target) <= kv.free_units and req.id not in _shared(kv, req):
                 kv.allocate(req, target)
-                tokens[i] = target
+                tokens[i] = req.computed_tokens = target
         elif op == "release":
             kv.release(req)
-            tokens[i] = 0
+            tokens[i] = req.computed_tokens = 0
         elif req.id not in kv.tables:
             j = (i + n) % 10
-            if j in kv.tables:
+            if j in kv.tables and tokens[j] > 0:
                 kv.fork(reqs[j], req)
+                req.computed_tokens = tokens[j]
                 tokens[i] = -1  # a forked table is frozen in this test
         assert 0 <= kv.used_units <= kv.num_blocks
         kv.check()
     for req in reqs.values():
         kv.release(req)
+        req.computed_tokens = 0
     assert kv.used_units == 0 and kv.free_units == kv.num_blocks
     kv.check()
 

@@ -45,11 +45,9 @@ def test_summary_counts_throughput_and_kv_utilisation():
     done.first_scheduled_s, done.first_token_s, done.finish_s, done.generated_tokens = 0.0, 1.0, 2.0, 11
     log.write(done, "completed")
     log.write(make_request(5000, 1, rid=1, arrival_s=0.5), "rejected", "too_long")
-    steps = StepLog()
-    steps.add(end_s=np.array([1.0, 2.0]), duration_s=np.array([1.0, 1.0]), replica=0, num_seqs=1, slots=4,
-              prefill_tokens=0, decode_tokens=1, bound=1, flops=np.array([1e12, 1e12]), bytes=np.array([1e9, 1e9]),
-              kv_used_units=2, kv_held_tokens=np.array([32, 32]), kv_stored_tokens=np.array([16, 32]), waiting=0,
-              preempted=0)
+    steps = StepLog(block_size=16)
+    for end, stored in ((1.0, 16), (2.0, 32)):  # columns in StepLog.COLUMNS order
+        steps.add(end, 1.0, 0, 1, 4, 0, 1, 1, 1e12, 1e9, 2, 32, stored, 0, 0)
     gaps = GapLog()
     gaps.add(0.1, 10)
     s = summarize(log.frame(), steps.frame(), gaps.arrays(), duration_s=4.0, peak_flops=1e12,
@@ -64,10 +62,31 @@ def test_summary_counts_throughput_and_kv_utilisation():
     assert s["gpu_busy_fraction"] == pytest.approx(0.5)
 
 
-def test_gap_log_keeps_order_across_single_and_bulk_adds():
+def test_gap_log_expands_segments():
     g = GapLog()
     g.add(1.0, 2)
-    g.add_many(np.array([3.0, 4.0]), 5)
+    g.add_segment([10.0, 13.0, 17.0], (5, 0))  # two gaps, 3 and 4, shared by 5 sequences of class 0
+    g.add_segment([20.0, 21.0], (2, 1))
     g.add(2.0, 1, cls=1)
     gaps, counts, classes = g.arrays()
-    assert list(gaps) == [1.0, 3.0, 4.0, 2.0] and list(counts) == [2, 5, 5, 1] and list(classes) == [0, 0, 0, 1]
+    entries = sorted(zip(gaps.tolist(), counts.tolist(), classes.tolist()))
+    assert entries == [(1.0, 1, 1), (1.0, 2, 0), (1.0, 2, 0), (2.0, 1, 1), (3.0, 5, 0), (4.0, 5, 0)]
+
+
+def test_step_log_expands_a_macro_segment():
+    log = StepLog(block_size=4)
+    log.add(1.0, 1.0, 0, 2, 8, 10, 0, 0, 1.0, 1.0, 3, 12, 10, 0, 0)
+    # 5 decode steps of 2 sequences; residues: one of them needs a block at steps 1 and 5, the
+    # other at step 3
+    log.add_segment([2.0, 3.0, 4.0, 5.0, 6.0], 1.0, replica=0, num_seqs=2, slots=8, used0=3,
+                    residues=(1, 0, 1, 0), stored0=10, waiting=0, ctx_full0=10, ctx_sliding0=0, below_window=0)
+
+    def pricer(n, full, sliding):
+        from capsim.cost_model import DecodeSteps
+        return DecodeSteps(None, full * 0 + 7.0, full, np.zeros(len(n), dtype=np.int8))
+
+    df = log.frame(pricer)
+    assert list(df["end_s"]) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0] and list(df["duration_s"]) == [1.0] * 6
+    assert list(df["kv_used_units"]) == [3, 4, 4, 5, 5, 6]
+    assert list(df["kv_stored_tokens"]) == [10, 12, 14, 16, 18, 20]
+    assert list(df["bytes"])[1:] == [12.0, 14.0, 16.0, 18.0, 20.0]  # the context each step attends

@@ -3,15 +3,17 @@
 from collections import deque
 
 import pytest
-from conftest import decoding, make_paged, make_request, make_scheduler
+from conftest import decoding, make_paged, make_request, make_scheduler, running_set
 
 from capsim.kv_cache import ContiguousAllocator
 
 
 def _hold(kv, *reqs):
-    """Give running requests the blocks they already hold."""
+    """Give running requests the blocks their computed tokens occupy."""
     for r in reqs:
-        kv.allocate(r, r.computed_tokens)
+        computed, r.computed_tokens = r.computed_tokens, 0
+        kv.allocate(r, computed)
+        r.computed_tokens = computed
 
 
 def _ids(reqs):
@@ -31,7 +33,7 @@ def _ids(reqs):
 def test_admission_limits(kind, prompts, seqs, budget, admitted):
     sched = make_scheduler(kind, max_num_seqs=seqs, max_num_batched_tokens=budget)
     waiting = deque(make_request(p, 5) for p in prompts)
-    plan = sched.schedule(waiting, [], make_paged(1000))
+    plan = sched.schedule(waiting, running_set(), make_paged(1000))
     assert len(plan.admitted) == admitted
     assert _ids(plan.admitted) == _ids(list(waiting)[:admitted])  # first come first served
     assert plan.num_tokens <= (budget if kind != "static" else 10**9)
@@ -43,9 +45,9 @@ def test_chunked_gives_decodes_first_then_chunks_the_prompt():
     kv = make_paged(1000)
     _hold(kv, *running)
     long_prompt = make_request(500, 5)
-    plan = sched.schedule(deque([long_prompt]), running, kv)
-    assert plan.scheduled[:2] == running and plan.new_tokens[:2] == [1, 1]
-    assert plan.scheduled[2] is long_prompt and plan.new_tokens[2] == 98  # the rest of the budget
+    plan = sched.schedule(deque([long_prompt]), running_set(*running), kv)
+    assert plan.decode_all and plan.num_decodes == 2  # the decoders, in O(1), not listed
+    assert plan.scheduled == [long_prompt] and plan.new_tokens == [98]  # the rest of the budget
 
 
 def test_chunked_continues_a_partial_prefill():
@@ -53,7 +55,7 @@ def test_chunked_continues_a_partial_prefill():
     partial = make_request(500, 5, computed=98)
     kv = make_paged(1000)
     _hold(kv, partial)
-    plan = sched.schedule(deque(), [partial], kv)
+    plan = sched.schedule(deque(), running_set(partial), kv)
     assert plan.new_tokens == [100] and not plan.decode_only
 
 
@@ -62,8 +64,8 @@ def test_continuous_prefills_a_whole_prompt_beside_decodes():
     running = [decoding(10, 5)]
     kv = make_paged(1000)
     _hold(kv, *running)
-    plan = sched.schedule(deque([make_request(300, 5)]), running, kv)
-    assert plan.new_tokens == [1, 300]
+    plan = sched.schedule(deque([make_request(300, 5)]), running_set(*running), kv)
+    assert plan.num_decodes == 1 and plan.new_tokens == [300] and plan.num_tokens == 301
 
 
 def test_preempts_the_newest_when_blocks_run_out():
@@ -74,16 +76,16 @@ def test_preempts_the_newest_when_blocks_run_out():
     kv.allocate(make_request(4, 1, rid=999), 4)  # a third request holds the last block
     kv_free_before = kv.free_units
     assert kv_free_before == 0
-    plan = make_scheduler("continuous").schedule(deque(), [old, new], kv)
+    plan = make_scheduler("continuous").schedule(deque(), running_set(old, new), kv)
     assert plan.preempted == [new]
-    assert plan.scheduled == [old] and plan.new_tokens == [1]
+    assert plan.scheduled == [old] and plan.new_tokens == [1] and not plan.decode_all  # the slow path
 
 
 def test_preempts_itself_when_it_is_the_newest():
     kv = make_paged(num_blocks=1, block_size=4)
     only = decoding(4, 5, generated=1)
     _hold(kv, only)
-    plan = make_scheduler("chunked").schedule(deque(), [only], kv)
+    plan = make_scheduler("chunked").schedule(deque(), running_set(only), kv)
     assert plan.preempted == [only] and plan.is_empty
 
 
@@ -98,7 +100,7 @@ def test_preempts_itself_when_it_is_the_newest():
 def test_rejects_what_can_never_fit(prompt, output, max_model_len, blocks, reason):
     sched = make_scheduler("chunked", max_model_len=max_model_len)
     req = make_request(prompt, output)
-    plan = sched.schedule(deque([req]), [], make_paged(blocks))
+    plan = sched.schedule(deque([req]), running_set(), make_paged(blocks))
     if reason is None:
         assert plan.admitted == [req] and not plan.rejected
     else:
@@ -110,8 +112,8 @@ def test_static_batch_runs_to_completion_before_newcomers():
     kv = ContiguousAllocator(capacity_tokens=10_000, max_model_len=1000)
     running = [decoding(10, 5)]
     _hold(kv, *running)
-    plan = sched.schedule(deque([make_request(10, 5)]), running, kv)
-    assert plan.scheduled == running and not plan.admitted
+    plan = sched.schedule(deque([make_request(10, 5)]), running_set(*running, block_size=1), kv)
+    assert plan.num_decodes == 1 and not plan.scheduled and not plan.admitted
     assert plan.slots == 2 and not plan.wake_on_arrival
 
 
@@ -130,7 +132,7 @@ def test_repeat_steps_stop_at_completion_or_memory(outputs_left, blocks, expect)
     _hold(kv, *running)
     spare = kv.free_units - blocks
     kv.allocate(make_request(spare * 4, 1, rid=999), spare * 4)
-    plan = make_scheduler("continuous").schedule(deque(), running, kv)
+    plan = make_scheduler("continuous").schedule(deque(), running_set(*running), kv)
     assert plan.decode_only
     assert plan.repeat_steps == expect
 
@@ -139,7 +141,7 @@ def test_repeat_is_off_while_anyone_prefills():
     kv = make_paged(1000)
     running = [decoding(10, 50)]
     _hold(kv, *running)
-    plan = make_scheduler("continuous").schedule(deque([make_request(10, 5)]), running, kv)
+    plan = make_scheduler("continuous").schedule(deque([make_request(10, 5)]), running_set(*running), kv)
     assert not plan.decode_only and plan.repeat_steps == 1
 
 
@@ -148,7 +150,19 @@ def test_blocked_queue_does_not_wake_on_arrival():
     running = [decoding(10, 50, rid=1), decoding(10, 50, rid=2)]
     _hold(kv, *running)
     sched = make_scheduler("continuous", max_num_seqs=2)
-    plan = sched.schedule(deque([make_request(10, 5)]), running, kv)
+    plan = sched.schedule(deque([make_request(10, 5)]), running_set(*running), kv)
     assert not plan.wake_on_arrival and plan.decode_only
-    plan = make_scheduler("continuous", max_num_seqs=4).schedule(deque(), running, kv)
+    plan = make_scheduler("continuous", max_num_seqs=4).schedule(deque(), running_set(*running), kv)
     assert plan.wake_on_arrival
+
+
+def test_fast_and_slow_paths_agree():
+    """When everything fits, decode_all (O(1)) covers exactly the requests the slow path lists."""
+    kv = make_paged(1000)
+    running = [decoding(10 + i, 50, rid=300 + i) for i in range(5)]
+    _hold(kv, *running)
+    sched = make_scheduler("chunked", max_num_batched_tokens=3)  # budget below the 5 decoders
+    slow = sched.schedule(deque(), running_set(*running), kv)
+    assert not slow.decode_all and slow.scheduled == running[:3] and slow.new_tokens == [1, 1, 1]
+    fast = make_scheduler("chunked").schedule(deque(), running_set(*running), kv)
+    assert fast.decode_all and fast.num_decodes == 5 and fast.num_tokens == 5

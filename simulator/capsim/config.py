@@ -200,6 +200,7 @@ class ModelSpec(Frozen):
 # --------------------------------------------------------------------------------------------
 
 T = TypeVar("T", bound=BaseModel)
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML was built with it
 
 
 def read_yaml(path: Path) -> Any:
@@ -209,7 +210,7 @@ def read_yaml(path: Path) -> Any:
     except OSError as exc:
         raise CapsimError(f"{path}: cannot read the file ({exc.strerror}).") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

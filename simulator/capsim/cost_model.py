@@ -53,12 +53,12 @@ class DocumentAssumptions:
 
 @dataclass(frozen=True, slots=True)
 class DecodeSteps:
-    """k consecutive pure-decode steps, one entry per step."""
+    """k consecutive pure-decode steps, one entry per step (numpy arrays, or lists for a few)."""
 
-    seconds: np.ndarray
-    flops: np.ndarray
-    bytes: np.ndarray
-    bound: np.ndarray  # index into BOUNDS
+    seconds: np.ndarray | list
+    flops: np.ndarray | list
+    bytes: np.ndarray | list
+    bound: np.ndarray | list  # index into BOUNDS
 
 
 class CostModel:
@@ -119,6 +119,7 @@ class CostModel:
         per_layer = arch.attention_flops_per_context_token(model)
         self.attn_flops_full, self.attn_flops_sliding = per_layer * counts.full, per_layer * counts.sliding
         self.dequant_flops_per_value = kv_cache.dequant_flops_per_value
+        self._decode_cache: dict[int, tuple] = {}
 
     # ---------------------------------------------------------------- GEMM part (depends on T only)
 
@@ -164,13 +165,17 @@ class CostModel:
 
     # ---------------------------------------------------------------- whole steps
 
-    def step_cost(self, plan: StepPlan) -> StepCost:
-        """Price any plan (prefill, decode or mixed)."""
-        num_tokens = plan.num_tokens
+    def step_cost(self, plan: StepPlan, running=None) -> StepCost:
+        """Price any plan (prefill, decode or mixed). `running` supplies the decode aggregates
+        when the plan has decode_all."""
         if self.mode == "unit":
             return StepCost(self.unit_step_s, 0.0, 0.0, self.unit_step_s, 0.0, 0.0, "overhead")
         ctx_f = ctx_s = pairs_f = pairs_s = 0
-        logits = 0
+        logits = plan.num_decodes
+        if plan.num_decodes:
+            ctx_f = pairs_f = running.context_sum(1)
+            if self.window:
+                ctx_s = pairs_s = running.sliding_context_sum(1)
         w = self.window
         for req, n in zip(plan.scheduled, plan.new_tokens):
             c0 = req.computed_tokens
@@ -182,33 +187,63 @@ class CostModel:
                 pairs_s += _capped_pairs(c0, n, w)
             if c1 == req.known_tokens:
                 logits += 1
-        gc, gm, gf, gb = self.gemm_part(num_tokens, logits, len(plan.scheduled))
+        num_tokens = plan.num_tokens
+        gc, gm, gf, gb = self.gemm_part(num_tokens, logits, plan.num_seqs)
         ac, am, af, ab = self.attention_part(ctx_f, ctx_s, pairs_f, pairs_s, num_tokens)
         return _combine(gc, gm, ac, am, gf + af, gb + ab, self.overhead_s)
 
-    def decode_steps(self, contexts: np.ndarray, k: int) -> DecodeSteps:
-        """k consecutive decode steps of the sequences whose computed tokens are `contexts`."""
-        batch = len(contexts)
+    def decode_coefficients(self, n: int) -> tuple[float, float, float, float, float, float]:
+        """(c1, c2, c0, m1, m2, m0): a step in which n sequences decode one token each and attend
+        S full-attention and Ss sliding-window positions in total takes
+            max(c1*S + c2*Ss + c0, m1*S + m2*Ss + m0)  seconds
+        (the compute side and the memory side of attention, each with the GEMM roofline and the
+        overheads folded in). Every decode-only step, single or in a macro-step, is priced by
+        this one expression, so they round identically."""
+        cached = self._decode_cache.get(n)
+        if cached is not None:
+            return cached
         if self.mode == "unit":
-            seconds = np.full(k, self.unit_step_s)
-            zeros = np.zeros(k)
-            return DecodeSteps(seconds, zeros, zeros, np.full(k, 2, dtype=np.int8))
-        steps = np.arange(1, k + 1, dtype=np.int64)
-        ctx_f = (int(contexts.sum()) + batch * steps).astype(np.float64)
-        if self.window:
-            ctx_s = np.minimum(contexts[:, None] + steps[None, :], self.window).sum(axis=0).astype(np.float64)
+            coefs = (0.0, 0.0, self.unit_step_s, 0.0, 0.0, self.unit_step_s)
         else:
-            ctx_s = np.zeros(k)
-        gc, gm, gf, gb = self.gemm_part(batch, batch, batch)
-        ac, am, af, ab = self.attention_part(ctx_f, ctx_s, ctx_f, ctx_s, batch)
-        gemm = max(gc, gm)
-        attn = np.maximum(ac, am)
-        seconds = gemm + attn + self.overhead_s
-        compute_t = (gc if gc >= gm else 0.0) + np.where(ac >= am, ac, 0.0)
-        memory_t = (gm if gm > gc else 0.0) + np.where(am > ac, am, 0.0)
+            gc, gm, _, _ = self.gemm_part(n, n, n)
+            base = max(gc, gm) + self.overhead_s
+            if self.mode == "document":
+                coefs = (0.0, 0.0, base, 0.0, 0.0, base)
+            else:
+                fl, vec, bw = self.eta_fl * self.attn_peak, self.eta_fl * self.vector_peak, self.eta_attn_bw * self.bandwidth
+                dq = self.dequant_flops_per_value
+                coefs = (self.attn_flops_full / fl + dq * self.kv_values_full / vec,
+                         self.attn_flops_sliding / fl + dq * self.kv_values_sliding / vec, base,
+                         self.kv_full_bytes / bw, self.kv_sliding_bytes / bw,
+                         (self.kv_full_bytes + self.kv_sliding_bytes) * n / bw + base)
+        self._decode_cache[n] = coefs
+        return coefs
+
+    def decode_seconds(self, n: int, ctx_full, ctx_sliding):
+        """Step times of decode-only steps (scalars or numpy arrays of S and Ss; see above).
+        engine._decode_ends inlines the scalar expression in its loop: keep the two identical."""
+        c1, c2, c0, m1, m2, m0 = self.decode_coefficients(n)
+        if isinstance(ctx_full, np.ndarray):
+            return np.maximum(c1 * ctx_full + c2 * ctx_sliding + c0, m1 * ctx_full + m2 * ctx_sliding + m0)
+        return max(c1 * ctx_full + c2 * ctx_sliding + c0, m1 * ctx_full + m2 * ctx_sliding + m0)
+
+    def decode_detail(self, n: np.ndarray, ctx_full: np.ndarray, ctx_sliding: np.ndarray) -> DecodeSteps:
+        """FLOPs, bytes and bound of decode-only steps (vectorised over many steps at once, for
+        the step records; the times come from decode_seconds)."""
+        rows = len(n)
+        if self.mode == "unit":
+            zeros = np.zeros(rows)
+            return DecodeSteps(None, zeros, zeros, np.full(rows, 2, dtype=np.int8))
+        sizes, which = np.unique(n, return_inverse=True)
+        gemm = np.array([self.gemm_part(int(m), int(m), int(m)) for m in sizes])
+        gc, gm, gf, gb = gemm[which].T
+        ac, am, af, ab = self.attention_part(ctx_full, ctx_sliding, ctx_full, ctx_sliding, n)
+        compute_t = np.where(gc >= gm, gc, 0.0) + np.where(ac >= am, ac, 0.0)
+        memory_t = np.where(gm > gc, gm, 0.0) + np.where(am > ac, am, 0.0)
         bound = np.where(compute_t >= memory_t, 0, 1).astype(np.int8)
-        bound[(self.overhead_s > compute_t) & (self.overhead_s > memory_t)] = 2
-        return DecodeSteps(seconds, gf + af, gb + ab, bound)
+        over = self.overhead_s
+        bound[(over > compute_t) & (over > memory_t)] = 2
+        return DecodeSteps(None, gf + af, gb + ab, bound)
 
 
 def _capped_pairs(c0: int, n: int, window: int) -> int:

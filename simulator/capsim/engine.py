@@ -4,12 +4,14 @@ Each replica repeats DESIGN §2's loop: plan = scheduler.schedule(...); cost = c
 wait cost.seconds; apply(plan). Time passes only here. A decode-only plan that the scheduler marks
 repeatable for k steps is advanced in one wait (a macro-step) unless `macro_steps=False`; its
 per-step times, token times and records are the ones k single steps would produce, because both
-go through CostModel.decode_steps and the same arithmetic (see tests/test_engine.py).
+go through CostModel.decode_steps and the same integer bookkeeping (tests/test_engine.py runs
+randomised workloads both ways and compares every record).
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -22,10 +24,12 @@ from capsim.kv_cache import Allocator
 from capsim.metrics import GapLog, RequestLog, StepLog
 from capsim.plan import StepPlan
 from capsim.request import Request
+from capsim.running import RunningSet
 from capsim.schedulers import REJECT_REASONS, Scheduler
 from capsim.workload import ClosedLoopStream, OpenLoopStream
 
 _LATE = 2  # step ends fire after same-time arrivals (SimPy's NORMAL is 1)
+_VECTOR_FROM = 16  # macro-steps this long or longer are priced with numpy, shorter ones in a loop
 
 
 class _At(Event):
@@ -37,12 +41,13 @@ class _At(Event):
         self._ok, self._value = True, None  # as simpy.Timeout does
         now = env.now
         delay = when - now
-        for _ in range(64):
-            total = now + delay
-            if total == when:
-                break
-            delay = math.nextafter(delay, math.inf if total < when else -math.inf)
-        env.schedule(self, priority, max(delay, 0.0))
+        if now + delay != when:
+            for _ in range(64):
+                total = now + delay
+                if total == when:
+                    break
+                delay = math.nextafter(delay, math.inf if total < when else -math.inf)
+        env.schedule(self, priority, delay if delay > 0.0 else 0.0)
 
 
 @dataclass
@@ -51,9 +56,10 @@ class Replica:
     scheduler: Scheduler
     kv: Allocator
     cost: CostModel
+    running: RunningSet
     waiting: deque = field(default_factory=deque)
-    running: list = field(default_factory=list)
-    stored_tokens: int = 0
+    stored_tokens: int = 0  # KV tokens held by requests (the computed tokens of the running ones)
+    stale: dict = field(default_factory=dict)  # decoders skipped by the last step: id -> last token time
     wake: Event | None = None
 
 
@@ -64,7 +70,7 @@ class Engine:
         self.replicas, self.stream, self.horizon_s, self.macro_steps = replicas, stream, horizon_s, macro_steps
         self.requests = RequestLog(REJECT_REASONS, stream.class_names)
         self.num_classes = len(stream.class_names)
-        self.steps = StepLog()
+        self.steps = StepLog(block_size=replicas[0].kv.block_size)
         self.gaps = GapLog()
         self.arrived = 0
         self._arrivals_done = False
@@ -88,7 +94,7 @@ class Engine:
         loops = [env.process(self._replica_loop(r)) for r in self.replicas]
         env.run(until=self.horizon_s if self.horizon_s is not None else simpy.AllOf(env, loops))
         for rep in self.replicas:
-            for req in list(rep.running) + list(rep.waiting):
+            for req in list(rep.running.decoders()) + list(rep.waiting):
                 self.requests.write(req, "unfinished")
         return env.now
 
@@ -189,18 +195,18 @@ class Engine:
                 yield from self._step(rep, plan)
 
     def _start(self, rep: Replica, plan: StepPlan) -> None:
-        """Carry out the plan's bookkeeping that happens before the pass: rejections,
-        preemptions, admissions and block allocation."""
-        now = self.env.now
+        """The plan's bookkeeping before the pass: rejections, preemptions, admissions, memory."""
+        if plan.decode_only:
+            return  # nothing to admit, preempt or allocate: decode blocks are promised in _decode
+        now, running, kv = self.env.now, rep.running, rep.kv
         for _ in range(len(plan.admitted) + len(plan.rejected)):
             rep.waiting.popleft()
         for req, reason in plan.rejected:
             self._finish(req, "rejected", reason)
         if plan.preempted:
-            gone = {id(r) for r in plan.preempted}
-            rep.running = [r for r in rep.running if id(r) not in gone]
+            running.remove(plan.preempted)
             for req in plan.preempted:
-                rep.kv.release(req)
+                kv.release(req)
                 rep.stored_tokens -= req.computed_tokens
                 req.recomputed_tokens += req.computed_tokens
                 req.computed_tokens = 0
@@ -209,16 +215,28 @@ class Engine:
         for req in plan.admitted:
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = now
-            rep.running.append(req)
+            running.admit(req)
+        explicit_decoders = [r for r in plan.scheduled if running.is_decoder(r)]
+        for req in explicit_decoders:  # slow path: they advance one by one this step
+            running.stop_decoding(req)
+        if not plan.decode_all and running.num_decoding:  # slow path: decoders it skips go stale
+            rep.stale = {r.id: r.last_token_s for r in running.decoders() if running.is_decoder(r)}
+        elif explicit_decoders:
+            rep.stale = {}
         for req, n in zip(plan.scheduled, plan.new_tokens):
-            rep.kv.allocate(req, req.computed_tokens + n)
+            kv.allocate(req, req.computed_tokens + n)
 
     def _step(self, rep: Replica, plan: StepPlan):
-        """One general forward pass (prefill, mixed, or a decode that is not all of running)."""
-        now = self.env.now
-        cost = rep.cost.step_cost(plan)
+        """One general forward pass (prefill, mixed, or decodes listed one by one)."""
+        now, running, kv = self.env.now, rep.running, rep.kv
+        cost = rep.cost.step_cost(plan, running)
+        if plan.num_decodes:
+            kv.promise(kv.decode_need(running, 1))
         end = now + cost.seconds
         yield _At(self.env, end, _LATE)
+        if plan.num_decodes:
+            running.advance(1, end)
+            self._decoder_gaps(rep, now, end)
         prefill = 0
         emitting = []
         for req, n in zip(plan.scheduled, plan.new_tokens):
@@ -229,82 +247,114 @@ class Engine:
                 emitting.append(req)
         rep.stored_tokens += plan.num_tokens
         self._emit(emitting, now, end)
-        kv = rep.kv
-        self.steps.add(
-            end_s=end, duration_s=end - now, replica=rep.index, num_seqs=len(plan.scheduled),
-            slots=plan.slots, prefill_tokens=prefill, decode_tokens=plan.num_tokens - prefill,
-            bound=BOUNDS.index(cost.bound), flops=cost.flops, bytes=cost.bytes, kv_used_units=kv.used_units,
-            kv_held_tokens=kv.held_tokens, kv_stored_tokens=rep.stored_tokens,
-            waiting=len(rep.waiting), preempted=len(plan.preempted),
-        )
-        self._release_finished(rep, emitting, end)
+        done = []
+        for req in emitting:
+            if req.finished:
+                done.append(req)
+            else:
+                running.start_decoding(req)
+        done += running.finishing()
+        self.steps.add(end, end - now, rep.index, plan.num_seqs, plan.slots, prefill, plan.num_tokens - prefill,
+                       BOUNDS.index(cost.bound), cost.flops, cost.bytes, kv.used_units, kv.held_tokens,
+                       rep.stored_tokens, len(rep.waiting), len(plan.preempted))
+        self._release(rep, done, end)
 
     def _decode(self, rep: Replica, plan: StepPlan):
-        """k pure-decode steps in one wait (k = 1 when macro-steps are off)."""
-        env, kv = self.env, rep.kv
-        now = env.now
-        batch = plan.scheduled
-        k = plan.repeat_steps if self.macro_steps else 1
-        contexts = np.fromiter((r.computed_tokens for r in batch), np.int64, len(batch))
-        cost = rep.cost.decode_steps(contexts, k)
-        ends = np.cumsum(np.concatenate(([now], cost.seconds)))[1:]
+        """k steps in which every running request decodes one token, in one wait (k = 1 when
+        macro-steps are off)."""
+        env, running, kv = self.env, rep.running, rep.kv
+        now, n = env.now, running.num_decoding
+        k = min(plan.repeat_steps if self.macro_steps else 1, running.steps_to_window())
+        ctx_full0 = running.context_sum(0)
+        below = running.num_decoding - running.num_above_window() if running.window else 0
+        ctx_sliding0 = running.sliding_context_sum(0) if running.window else 0
+        ends = self._decode_ends(rep, n, k, now, ctx_full0, ctx_sliding0, below)
         k = self._cap_steps(ends, plan)
         if k == 0:  # the first step crosses the horizon: it never completes
             yield _At(env, float(ends[0]), _LATE)
             return
-        for req in batch:  # the first step's blocks were allocated in _start
-            kv.allocate(req, req.computed_tokens + k)
-        waiting = len(rep.waiting) + self._arrivals_by(ends[:k])
-        end = float(ends[k - 1])
+        ends = ends[:k]
+        residues = running.residues() if kv.kind == "paged" else None
+        used0, stored0 = kv.used_units, rep.stored_tokens
+        kv.promise(kv.decode_need(running, k))
+        end = float(ends[-1])
+        waiting = self._waiting_during(rep, ends, k)
         yield _At(env, end, _LATE)
-        for req in batch:
-            req.computed_tokens += k
-        self._emit(batch, now, float(ends[0]))
-        if k > 1:  # steps 2..k: every sequence emitted in the step before, so one gap pair each
-            gaps = np.diff(ends[:k])
-            if self.num_classes == 1:
-                self.gaps.add_many(gaps, len(batch))
-            else:
-                counts = np.bincount([r.class_index for r in batch], minlength=self.num_classes)
-                for cls in np.flatnonzero(counts):
-                    self.gaps.add_many(gaps, int(counts[cls]), int(cls))
-            for req in batch:
-                req.generated_tokens += k - 1
-                req.last_token_s = end
-        rep.stored_tokens += k * len(batch)
-        stored = rep.stored_tokens - len(batch) * np.arange(k - 1, -1, -1, dtype=np.int64)
-        growth = kv.growth(contexts, k)
-        used = kv.used_units - growth[-1] + growth
-        self.steps.add(
-            end_s=ends[:k], duration_s=np.diff(np.concatenate(([now], ends[:k]))), replica=rep.index,
-            num_seqs=len(batch), slots=plan.slots, prefill_tokens=0, decode_tokens=len(batch),
-            bound=cost.bound[:k], flops=cost.flops[:k], bytes=cost.bytes[:k], kv_used_units=used,
-            kv_held_tokens=used * kv.block_size if kv.kind == "paged" else kv.held_tokens,
-            kv_stored_tokens=stored, waiting=waiting, preempted=0,
-        )
-        self._release_finished(rep, batch, end)
+        running.advance(k, end)
+        self._decoder_gaps(rep, now, float(ends[0]))
+        self.gaps.add_segment(ends, tuple(running.class_counts))
+        rep.stored_tokens += n * k
+        self.steps.add_segment(ends, now, replica=rep.index, num_seqs=n, slots=plan.slots, used0=used0,
+                               residues=residues, stored0=stored0, waiting=waiting, ctx_full0=ctx_full0,
+                               ctx_sliding0=ctx_sliding0, below_window=below)
+        self._release(rep, running.finishing(), end)
+
+    def _decode_ends(self, rep: Replica, n: int, k: int, now: float, ctx_full0: int, ctx_sliding0: int, below: int):
+        """End times of k decode steps: each step's time by CostModel.decode_seconds' formula,
+        summed in order from `now` (numpy for long runs, a loop for short ones: the same float
+        operations in the same order, so both give the same bits)."""
+        if k >= _VECTOR_FROM:
+            j = np.arange(1, k + 1, dtype=np.int64)
+            seconds = rep.cost.decode_seconds(n, (ctx_full0 + n * j).astype(np.float64),
+                                              (ctx_sliding0 + below * j).astype(np.float64))
+            seconds[0] = now + seconds[0]
+            return np.cumsum(seconds)
+        c1, c2, c0, m1, m2, m0 = rep.cost.decode_coefficients(n)
+        ends, t = [], now
+        full, sliding = ctx_full0, ctx_sliding0
+        for _ in range(k):  # decode_seconds inlined: this loop is the simulator's hottest code
+            full += n
+            sliding += below
+            t = t + max(c1 * full + c2 * sliding + c0, m1 * full + m2 * sliding + m0)
+            ends.append(t)
+        return ends
+
+    def _waiting_during(self, rep: Replica, ends, k: int):
+        """Queue length at the end of each of the k steps (a number when it does not change)."""
+        if self.next_arrival_s() > ends[-1]:
+            return len(rep.waiting)
+        return len(rep.waiting) + self._arrivals_by(np.asarray(ends))
 
     def _arrivals_by(self, ends: np.ndarray) -> np.ndarray:
-        """How many requests will have arrived by each of these times, counting from now (the
-        queue length a step-by-step run records at each step's end; one replica only: with more,
-        macro-steps always stop at the next arrival, so only the last step can see one)."""
+        """How many requests will have arrived by each of these times, counting from now (one
+        replica only: with more, macro-steps always stop at the next arrival)."""
         if self.closed_loop:
             sends = np.sort(np.fromiter(self._pending_sends.values(), np.float64))
             return np.searchsorted(sends, ends, side="right")
         return np.searchsorted(self.stream.arrival_s, ends, side="right") - self._next_index
 
-    def _cap_steps(self, ends: np.ndarray, plan: StepPlan) -> int:
+    def _cap_steps(self, ends, plan: StepPlan) -> int:
         """How many of the planned steps may run: stop at the first step ending at or after the
         next arrival (when a newcomer could join), and never past the horizon."""
         k = len(ends)
         if plan.wake_on_arrival or len(self.replicas) > 1:
             nxt = self.next_arrival_s()
             if nxt <= ends[-1]:
-                k = int(np.searchsorted(ends, nxt, side="left")) + 1
+                k = bisect_left(ends, nxt) + 1
         if self.horizon_s is not None:
             # SimPy's run(until=h) stops before events at h, so only steps ending before h count.
-            k = min(k, int(np.searchsorted(ends, self.horizon_s, side="left")))
+            k = min(k, bisect_left(ends, self.horizon_s))
         return k
+
+    def _decoder_gaps(self, rep: Replica, start: float, end: float) -> None:
+        """The decoders' tokens of one step ending at `end`: one gap for all that emitted at
+        `start`, their own gap for those a previous step skipped."""
+        counts = rep.running.class_counts
+        if rep.stale:
+            counts = self._stale_gaps(rep, end, list(counts))
+        for cls, count in enumerate(counts):
+            if count:
+                self.gaps.add(end - start, count, cls)
+
+    def _stale_gaps(self, rep: Replica, end: float, counts: list[int]) -> list[int]:
+        """Decoders a slow-path step skipped: their own gap since their last token."""
+        for rid, last in rep.stale.items():
+            req = rep.running.get(rid)
+            if req is not None and last is not None:
+                counts[req.class_index] -= 1
+                self.gaps.add(end - last, 1, req.class_index)
+        rep.stale.clear()
+        return counts
 
     def _emit(self, emitting: list[Request], start: float, end: float) -> None:
         """Each request in `emitting` samples one token at `end`; record TTFT or the gap."""
@@ -322,14 +372,12 @@ class Engine:
             if count:
                 self.gaps.add(end - start, count, cls)
 
-    def _release_finished(self, rep: Replica, reqs: list[Request], end: float) -> None:
-        done = [r for r in reqs if r.finished]
+    def _release(self, rep: Replica, done: list[Request], end: float) -> None:
         if not done:
             return
+        rep.running.remove(done)
         for req in done:
             req.finish_s = end
             rep.kv.release(req)
             rep.stored_tokens -= req.computed_tokens
             self._finish(req, "completed")
-        gone = {id(r) for r in done}
-        rep.running = [r for r in rep.running if id(r) not in gone]

@@ -5,10 +5,7 @@ engine changes state (`allocate`, `release`).
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass
-
-import numpy as np
 
 from capsim.request import Request
 
@@ -20,116 +17,143 @@ def blocks_for(tokens: int, block_size: int) -> int:
 class PagedAllocator:
     """vLLM-style paging: fixed-size blocks handed out on demand through per-request block tables.
 
-    Blocks are refcounted so that sharing (forked samples, prefix caching) can map one physical
-    block into several tables; a block returns to the free list when its count reaches zero.
+    A request holds blocks_for(computed tokens) blocks. Blocks are refcounted so sharing (forked
+    samples, prefix caching) can map one physical block into several tables. Decoding requests
+    grow in bulk: `promise(n)` takes n blocks from the free pool for them without naming them, and
+    a request's table is filled in with real block ids when it is next touched (`allocate`,
+    `release`, `fork`), so a macro-step of k decode steps costs O(1) here.
     """
 
     kind = "paged"
 
     def __init__(self, num_blocks: int, block_size: int = 16, watermark_blocks: int = 0) -> None:
         self.num_blocks, self.block_size, self.watermark_units = num_blocks, block_size, watermark_blocks
-        # Free blocks are the returned ones (reused last-in first-out) plus the never-used range
+        # Free ids: returned ones (reused last-in first-out) plus the never-used range
         # [_fresh, num_blocks): construction is O(1) however many blocks a big GPU has.
         self._returned: list[int] = []
         self._fresh = 0
-        self._refcount = array("i", bytes(4 * num_blocks))
+        self._owed = 0  # promised to decoding requests, not yet in their tables
+        self._refs: dict[int, int] = {}  # refcount of blocks mapped by more than one table
+        self._sharing: set[int] = set()  # request ids whose tables hold shared blocks
         self.tables: dict[int, list[int]] = {}
-
-    def _take(self) -> int:
-        if self._returned:
-            return self._returned.pop()
-        if self._fresh >= self.num_blocks:
-            raise RuntimeError("out of KV blocks: the scheduler over-committed (a capsim bug)")
-        self._fresh += 1
-        return self._fresh - 1
 
     @property
     def capacity_tokens(self) -> int:
         return self.num_blocks * self.block_size
 
     @property
-    def free_units(self) -> int:
-        return self.num_blocks - self._fresh + len(self._returned)
+    def used_units(self) -> int:
+        return self._fresh - len(self._returned) + self._owed
 
     @property
-    def used_units(self) -> int:
-        return self._fresh - len(self._returned)
+    def free_units(self) -> int:
+        return self.num_blocks - self.used_units
 
     @property
     def held_tokens(self) -> int:
         """Token slots in blocks that some request holds."""
         return self.used_units * self.block_size
 
+    def _take(self, n: int) -> list[int]:
+        ids: list[int] = []
+        if n and self._returned:
+            ids = self._returned[-n:][::-1]
+            del self._returned[-len(ids):]
+        rest = n - len(ids)
+        if rest:
+            if self._fresh + rest > self.num_blocks:
+                raise RuntimeError("out of KV blocks: the scheduler over-committed (a capsim bug)")
+            ids += range(self._fresh, self._fresh + rest)
+            self._fresh += rest
+        return ids
+
     def units_for_request(self, req: Request) -> int:
         """Blocks a request needs to run to completion (its last token's KV is never stored)."""
         return blocks_for(req.max_tokens - 1, self.block_size)
 
-    def units_held(self, req: Request) -> int:
-        """Blocks that would return to the free list if this request let go of its table."""
-        return sum(1 for b in self.tables.get(req.id, ()) if self._refcount[b] == 1)
-
     def units_needed(self, req: Request, tokens_after: int) -> int:
-        have = len(self.tables.get(req.id, ()))
-        return max(0, blocks_for(tokens_after, self.block_size) - have)
+        return max(0, blocks_for(tokens_after, self.block_size) - blocks_for(req.computed_tokens, self.block_size))
 
-    def max_decode_steps(self, contexts: np.ndarray, k_max: int) -> int:
-        """Largest k <= k_max such that k more decode steps of these sequences fit in free blocks."""
-        bs, free = self.block_size, self.free_units
-        now = -(-contexts // bs)
+    def units_held(self, req: Request) -> int:
+        """Blocks that return to the free pool if this request lets go of its table."""
+        shared = sum(1 for b in self.tables.get(req.id, ()) if b in self._refs) if req.id in self._sharing else 0
+        return blocks_for(req.computed_tokens, self.block_size) - shared
 
-        def need(k: int) -> int:
-            return int((-(-(contexts + k) // bs) - now).sum())
+    def decode_need(self, running, k: int) -> int:
+        """Blocks the running set's decoders need over k more steps."""
+        return running.new_blocks(k)
 
-        if need(k_max) <= free:
-            return k_max
-        lo, hi = 0, k_max  # need(lo) fits, need(hi) does not
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if need(mid) <= free else (lo, mid)
-        return lo
+    def max_decode_steps(self, running, k_max: int) -> int:
+        return running.max_steps_within(self.free_units, k_max)
 
-    def growth(self, contexts: np.ndarray, k: int) -> np.ndarray:
-        """Blocks added after each of k decode steps (cumulative), for the step records."""
-        bs = self.block_size
-        steps = np.arange(1, k + 1, dtype=np.int64)
-        now = int((-(-contexts // bs)).sum())
-        return (-(-(contexts[:, None] + steps[None, :]) // bs)).sum(axis=0) - now
+    def promise(self, n: int) -> None:
+        """Take n blocks from the free pool for decoding requests (named when touched)."""
+        if n > self.free_units:
+            raise RuntimeError("out of KV blocks: the scheduler over-committed (a capsim bug)")
+        self._owed += n
+
+    def _fill(self, req: Request, table: list[int]) -> None:
+        """Name the blocks promised to this request (it holds blocks_for(computed) in all)."""
+        owed = blocks_for(req.computed_tokens, self.block_size) - len(table)
+        if owed > 0:
+            self._owed -= owed
+            table += self._take(owed)
 
     def allocate(self, req: Request, tokens_after: int) -> None:
+        """Make the request's table hold tokens_after tokens (at the start of the step computing
+        them). The request already holds the blocks of its computed tokens (named or promised)."""
         table = self.tables.setdefault(req.id, [])
-        for _ in range(blocks_for(tokens_after, self.block_size) - len(table)):
-            block = self._take()
-            self._refcount[block] = 1
-            table.append(block)
+        self._fill(req, table)
+        extra = blocks_for(tokens_after, self.block_size) - len(table)
+        if extra > 0:
+            table += self._take(extra)
 
     def release(self, req: Request) -> None:
-        for block in self.tables.pop(req.id, ()):
-            self._refcount[block] -= 1
-            if self._refcount[block] == 0:
+        table = self.tables.pop(req.id, [])
+        self._owed -= blocks_for(req.computed_tokens, self.block_size) - len(table)
+        if req.id not in self._sharing:
+            self._returned += table[::-1]
+            return
+        self._sharing.discard(req.id)
+        for block in reversed(table):
+            count = self._refs.get(block)
+            if count is None:
                 self._returned.append(block)
+            elif count == 2:
+                del self._refs[block]
+            else:
+                self._refs[block] = count - 1
 
     def fork(self, parent: Request, child: Request) -> None:
         """Map all of the parent's blocks into the child's table (parallel sampling, shared prefix)."""
-        table = self.tables.get(parent.id, [])
+        table = self.tables.setdefault(parent.id, [])
+        self._fill(parent, table)
         for block in table:
-            self._refcount[block] += 1
+            self._refs[block] = self._refs.get(block, 1) + 1
         self.tables[child.id] = list(table)
+        if table:
+            self._sharing.update((parent.id, child.id))
 
     def refcount(self, block: int) -> int:
-        return self._refcount[block]
+        if block in self._refs:
+            return self._refs[block]
+        return 1 if any(block in t for t in self.tables.values()) else 0
 
     def check(self) -> None:
         """Invariant check for tests: refcounts match the tables, free and used never overlap."""
-        counts = [0] * self.num_blocks
+        counts: dict[int, int] = {}
         for table in self.tables.values():
             for block in table:
-                counts[block] += 1
+                counts[block] = counts.get(block, 0) + 1
         free = set(self._returned) | set(range(self._fresh, self.num_blocks))
         assert len(set(self._returned)) == len(self._returned), "a block is on the free list twice"
         assert all(b < self._fresh for b in self._returned), "a never-used block was returned"
-        for block in range(self.num_blocks):
-            assert counts[block] == self._refcount[block], f"block {block}: refcount mismatch"
-            assert (counts[block] == 0) == (block in free), f"block {block}: both free and used, or lost"
+        assert not (free & set(counts)), "a block is both free and in a table"
+        assert len(counts) + self._owed + len(free) == self.num_blocks, "a block is lost"
+        assert self._owed >= 0, "more blocks named than promised"
+        for block, count in counts.items():
+            assert (count > 1) == (block in self._refs), f"block {block}: shared flag wrong"
+            assert count == self._refs.get(block, 1), f"block {block}: refcount mismatch"
 
 
 class ContiguousAllocator:
@@ -182,11 +206,14 @@ class ContiguousAllocator:
     def units_needed(self, req: Request, tokens_after: int) -> int:
         return 0 if req.id in self.reserved else self.reservation(req)
 
-    def max_decode_steps(self, contexts: np.ndarray, k_max: int) -> int:
-        return k_max  # everything was reserved at admission
+    def decode_need(self, running, k: int) -> int:
+        return 0  # everything was reserved at admission
 
-    def growth(self, contexts: np.ndarray, k: int) -> np.ndarray:
-        return np.zeros(k, dtype=np.int64)
+    def max_decode_steps(self, running, k_max: int) -> int:
+        return k_max
+
+    def promise(self, n: int) -> None:
+        assert n == 0
 
     def allocate(self, req: Request, tokens_after: int) -> None:
         if req.id not in self.reserved:

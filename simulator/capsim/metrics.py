@@ -9,6 +9,8 @@ exactly numpy's default (linear) percentiles over the expanded list.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -16,93 +18,146 @@ OUTCOMES = ("completed", "rejected", "unfinished")
 BOUND_NAMES = ("compute", "memory", "overhead")
 
 
-class _Columns:
-    """Growable numpy columns with a fixed schema."""
+class StepLog:
+    """One row per forward pass, built lazily: a single step is one tuple; a macro-step is one
+    segment (its step end times, and the few numbers every per-step value follows from).
+    `frame()` expands everything at once, vectorised, and orders rows by time."""
 
-    def __init__(self, schema: dict[str, type], capacity: int = 1024) -> None:
-        self.schema = schema
-        self.size = 0
-        self.cols = {name: np.zeros(capacity, dtype=dt) for name, dt in schema.items()}
+    COLUMNS = ("end_s", "duration_s", "replica", "num_seqs", "slots", "prefill_tokens", "decode_tokens",
+               "bound", "flops", "bytes", "kv_used_units", "kv_held_tokens", "kv_stored_tokens", "waiting",
+               "preempted")
+    DTYPES = (np.float64, np.float64, np.int16, np.int32, np.int32, np.int32, np.int32, np.int8, np.float64,
+              np.float64, np.int32, np.int64, np.int64, np.int32, np.int16)
 
-    def _reserve(self, n: int) -> None:
-        cap = len(next(iter(self.cols.values())))
-        if self.size + n > cap:
-            new_cap = max(2 * cap, self.size + n)
-            for name, col in self.cols.items():
-                grown = np.zeros(new_cap, dtype=col.dtype)
-                grown[: self.size] = col[: self.size]
-                self.cols[name] = grown
+    def __init__(self, block_size: int = 1) -> None:
+        self.block_size = block_size  # 1: contiguous (units are tokens, nothing grows in a segment)
+        self.rows = 0
+        self._single: list[tuple] = []
+        self._segments: list[tuple] = []  # numbers only, so they become one array at the end
+        self._ends: list[float] = []  # every segment's step end times, flat
+        self._residues: list[tuple[int, ...]] = []
+        self._no_residues = (0,) * block_size
+        self._waiting_steps: dict[int, np.ndarray] = {}  # segments whose queue changed mid-way
 
-    def frame(self) -> pd.DataFrame:
-        return pd.DataFrame({name: col[: self.size] for name, col in self.cols.items()})
+    def __len__(self) -> int:
+        return self.rows
 
-    def column(self, name: str) -> np.ndarray:
-        return self.cols[name][: self.size]
+    def add(self, *values) -> None:
+        """One step, the values in COLUMNS order."""
+        self._single.append(values)
+        self.rows += 1
+
+    def add_segment(self, ends, start_s: float, *, replica: int, num_seqs: int, slots: int, used0: int,
+                    residues: tuple[int, ...] | None, stored0: int, waiting, ctx_full0: int,
+                    ctx_sliding0: int, below_window: int) -> None:
+        """len(ends) decode steps of num_seqs sequences from start_s. Step j (1..k) attends
+        ctx_full0 + num_seqs*j positions (ctx_sliding0 + below_window*j in sliding layers),
+        holds used0 + the blocks `residues` add over j steps and stored0 + num_seqs*j tokens;
+        `waiting` is the queue length (a number, or one per step)."""
+        k = len(ends)
+        self._ends.extend(ends)
+        if not isinstance(waiting, int):
+            self._waiting_steps[len(self._segments)] = waiting
+        self._segments.append((k, start_s, replica, num_seqs, slots, used0, stored0, waiting if isinstance(waiting, int) else 0,
+                               ctx_full0, ctx_sliding0, below_window))
+        self._residues.append(residues or self._no_residues)
+        self.rows += k
+
+    def frame(self, pricer=None) -> pd.DataFrame:
+        """All rows in time order. `pricer(n, ctx_full, ctx_sliding)` gives the FLOPs, bytes and
+        bound of decode steps (CostModel.decode_detail)."""
+        parts = []
+        if self._single:
+            parts.append({name: np.array([r[i] for r in self._single], dtype=dt)
+                          for i, (name, dt) in enumerate(zip(self.COLUMNS, self.DTYPES))})
+        if self._segments:
+            parts.append(self._expand_segments(pricer))
+        if not parts:
+            return pd.DataFrame({name: np.zeros(0, dtype=dt) for name, dt in zip(self.COLUMNS, self.DTYPES)})
+        cols = {name: np.concatenate([p[name] for p in parts]).astype(dt, copy=False)
+                for name, dt in zip(self.COLUMNS, self.DTYPES)}
+        order = np.lexsort((cols["replica"], cols["end_s"]))
+        return pd.DataFrame({name: col[order] for name, col in cols.items()})
+
+    def _expand_segments(self, pricer) -> dict:
+        seg = np.array(self._segments, dtype=np.float64)  # one row per segment, columns as stored
+        ks = seg[:, 0].astype(np.int64)
+        first = np.cumsum(ks) - ks
+        which = np.repeat(np.arange(len(ks)), ks)
+        j = np.arange(int(ks.sum())) - first[which] + 1  # 1..k within each segment
+
+        def per_step(i, dtype=np.int64):
+            return seg[which, i].astype(dtype)
+
+        ends = np.array(self._ends, dtype=np.float64)
+        before = np.roll(ends, 1)
+        before[first] = seg[:, 1]
+        n = per_step(3)
+        detail = pricer(n, (per_step(8) + n * j).astype(np.float64), (per_step(9) + per_step(10) * j).astype(np.float64))
+        used = per_step(5) + self._growth(which, j, n)
+        waiting = per_step(7)
+        for index, steps in self._waiting_steps.items():
+            waiting[first[index]:first[index] + ks[index]] = steps
+        zeros = np.zeros(len(j), dtype=np.int32)
+        return {
+            "end_s": ends, "duration_s": ends - before, "replica": per_step(2), "num_seqs": n, "slots": per_step(4),
+            "prefill_tokens": zeros, "decode_tokens": n, "bound": detail.bound, "flops": detail.flops,
+            "bytes": detail.bytes, "kv_used_units": used, "kv_held_tokens": used * self.block_size,
+            "kv_stored_tokens": per_step(6) + n * j, "waiting": waiting, "preempted": zeros,
+        }
+
+    def _growth(self, which: np.ndarray, j: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """Blocks added by step j of each segment: a block per sequence per block_size steps,
+        the partial cycle read from the segment's residue histogram."""
+        bs = self.block_size
+        if bs == 1:
+            return np.zeros(len(j), dtype=np.int64)
+        residues = np.array(self._residues, dtype=np.int64)
+        prefix = np.concatenate((np.zeros((len(residues), 1), dtype=np.int64), np.cumsum(residues, axis=1)), axis=1)
+        return (j // bs) * n + prefix[which, j % bs]
 
 
-class StepLog(_Columns):
-    """One row per forward pass, in time order. Rows from a macro-step are added in one call."""
+class RequestLog:
+    """One row per arrived request, written when its outcome is final."""
 
-    SCHEMA = {
-        "end_s": np.float64, "duration_s": np.float64, "replica": np.int16, "num_seqs": np.int32,
-        "slots": np.int32, "prefill_tokens": np.int32, "decode_tokens": np.int32, "bound": np.int8,
-        "flops": np.float64, "bytes": np.float64, "kv_used_units": np.int32, "kv_held_tokens": np.int64,
-        "kv_stored_tokens": np.int64, "waiting": np.int32, "preempted": np.int16,
-    }
-
-    def __init__(self) -> None:
-        super().__init__(self.SCHEMA)
-
-    def add(self, **values) -> None:
-        """Append `n` rows; each value is a scalar (broadcast) or an array of length n."""
-        n = max((len(v) for v in values.values() if isinstance(v, np.ndarray)), default=1)
-        self._reserve(n)
-        start, self.size = self.size, self.size + n
-        for name, value in values.items():
-            self.cols[name][start : self.size] = value
-
-
-class RequestLog(_Columns):
-    """One row per arrived request, indexed by request id."""
-
-    SCHEMA = {
-        "arrival_s": np.float64, "prompt_tokens": np.int32, "output_tokens": np.int32,
-        "outcome": np.int8, "reject_reason": np.int8, "first_scheduled_s": np.float64,
-        "first_token_s": np.float64, "finish_s": np.float64, "generated_tokens": np.int32,
-        "preemptions": np.int32, "recomputed_tokens": np.int64, "replica": np.int16, "user": np.int32,
-        "class_index": np.int16,
-    }
+    FIELDS = ("id", "arrival_s", "prompt_tokens", "output_tokens", "outcome", "reject_reason",
+              "first_scheduled_s", "first_token_s", "finish_s", "generated_tokens", "preemptions",
+              "recomputed_tokens", "replica", "user", "class_index")
 
     def __init__(self, reject_reasons: tuple[str, ...], class_names: tuple[str, ...] = ("all",)) -> None:
-        super().__init__(self.SCHEMA)
         self.reject_reasons, self.class_names = reject_reasons, class_names
+        self._rows: list[tuple] = []
+
+    def __len__(self) -> int:
+        return len(self._rows)
 
     def write(self, req, outcome: str, reason: str | None = None) -> None:
         """Record a request's final state (outcome: completed, rejected or unfinished)."""
-        i = req.id
-        self._reserve(max(0, i + 1 - self.size))
-        self.size = max(self.size, i + 1)
-        c = self.cols
-        c["arrival_s"][i], c["prompt_tokens"][i], c["output_tokens"][i] = req.arrival_s, req.prompt_tokens, req.output_tokens
-        c["outcome"][i] = OUTCOMES.index(outcome)
-        c["reject_reason"][i] = -1 if reason is None else self.reject_reasons.index(reason)
-        nan = np.nan
-        c["first_scheduled_s"][i] = nan if req.first_scheduled_s is None else req.first_scheduled_s
-        c["first_token_s"][i] = nan if req.first_token_s is None else req.first_token_s
-        c["finish_s"][i] = nan if req.finish_s is None else req.finish_s
-        c["generated_tokens"][i], c["preemptions"][i] = req.generated_tokens, req.preemptions
-        c["recomputed_tokens"][i], c["replica"][i] = req.recomputed_tokens, req.replica
-        c["user"][i] = -1 if req.user is None else req.user
-        c["class_index"][i] = req.class_index
+        self._rows.append((req.id, req.arrival_s, req.prompt_tokens, req.output_tokens, OUTCOMES.index(outcome),
+                           -1 if reason is None else self.reject_reasons.index(reason), req.first_scheduled_s,
+                           req.first_token_s, req.finish_s, req.generated_tokens, req.preemptions,
+                           req.recomputed_tokens, req.replica, -1 if req.user is None else req.user, req.class_index))
 
     def frame(self) -> pd.DataFrame:
-        df = super().frame()
-        df.insert(0, "request_id", np.arange(self.size))
-        df["outcome"] = pd.Categorical.from_codes(df["outcome"], OUTCOMES)
-        reasons = np.array(("",) + self.reject_reasons, dtype=object)
-        df["reject_reason"] = reasons[df["reject_reason"].to_numpy() + 1]
-        df["user"] = df["user"].where(df["user"] >= 0, pd.NA).astype("Int32")
-        df.insert(1, "request_class", pd.Categorical.from_codes(df.pop("class_index"), self.class_names))
+        rows = sorted(self._rows)
+        cols = dict(zip(self.FIELDS, zip(*rows))) if rows else {f: () for f in self.FIELDS}
+        nan = np.nan
+        df = pd.DataFrame({
+            "request_id": np.array(cols["id"], dtype=np.int64),
+            "request_class": pd.Categorical.from_codes(np.array(cols["class_index"], dtype=np.int16), self.class_names),
+            "arrival_s": np.array(cols["arrival_s"], dtype=np.float64),
+            "prompt_tokens": np.array(cols["prompt_tokens"], dtype=np.int32),
+            "output_tokens": np.array(cols["output_tokens"], dtype=np.int32),
+            "outcome": pd.Categorical.from_codes(np.array(cols["outcome"], dtype=np.int8), OUTCOMES),
+            "reject_reason": np.array(("",) + self.reject_reasons, dtype=object)[np.array(cols["reject_reason"], dtype=np.int64) + 1],
+            **{c: np.array([nan if v is None else v for v in cols[c]], dtype=np.float64)
+               for c in ("first_scheduled_s", "first_token_s", "finish_s")},
+            "generated_tokens": np.array(cols["generated_tokens"], dtype=np.int32),
+            "preemptions": np.array(cols["preemptions"], dtype=np.int32),
+            "recomputed_tokens": np.array(cols["recomputed_tokens"], dtype=np.int64),
+            "replica": np.array(cols["replica"], dtype=np.int16),
+            "user": pd.array([None if u < 0 else u for u in cols["user"]], dtype="Int32"),
+        })
         ms = 1e3
         df["ttft_ms"] = (df["first_token_s"] - df["arrival_s"]) * ms
         df["e2el_ms"] = (df["finish_s"] - df["arrival_s"]) * ms
@@ -113,35 +168,52 @@ class RequestLog(_Columns):
 
 
 class GapLog:
-    """Inter-token latencies as (gap_s, count, request class) triples, in emission order."""
+    """Inter-token latencies as (gap_s, count, request class) entries. A macro-step adds one
+    segment: its step end times, every gap between them shared by `counts[c]` sequences of each
+    class. Entry order does not matter: statistics over them are order-independent."""
 
     def __init__(self) -> None:
-        self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self._pending: list[tuple[float, int, int]] = []
+        self._single: list[tuple[float, int, int]] = []
+        self._ends: list[float] = []  # every segment's step end times, flat
+        self._lengths: list[int] = []
+        self._counts: list[tuple[int, ...]] = []
 
     def add(self, gap_s: float, count: int = 1, cls: int = 0) -> None:
         if count:
-            self._pending.append((gap_s, count, cls))
+            self._single.append((gap_s, count, cls))
 
-    def add_many(self, gaps_s: np.ndarray, count: int, cls: int = 0) -> None:
-        """The same count (and class) for every gap in gaps_s."""
-        self._flush()
-        n = len(gaps_s)
-        self._chunks.append((np.asarray(gaps_s, dtype=np.float64), np.full(n, count, dtype=np.int64),
-                             np.full(n, cls, dtype=np.int16)))
-
-    def _flush(self) -> None:
-        if self._pending:
-            g, c, k = zip(*self._pending)
-            self._chunks.append((np.array(g, dtype=np.float64), np.array(c, dtype=np.int64), np.array(k, dtype=np.int16)))
-            self._pending = []
+    def add_segment(self, ends, counts: tuple[int, ...]) -> None:
+        """Gaps between consecutive `ends`, each shared by counts[c] sequences of class c."""
+        if len(ends) > 1:
+            self._ends.extend(ends)
+            self._lengths.append(len(ends))
+            self._counts.append(counts)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(gaps_s, counts, classes)."""
-        self._flush()
-        if not self._chunks:
+        parts = []
+        if self._single:
+            g, c, k = zip(*self._single)
+            parts.append((np.array(g, dtype=np.float64), np.array(c, dtype=np.int64), np.array(k, dtype=np.int16)))
+        if self._lengths:
+            parts += self._expand()
+        if not parts:
             return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int16)
-        return tuple(np.concatenate(parts) for parts in zip(*self._chunks))
+        return tuple(np.concatenate(p) for p in zip(*parts))
+
+    def _expand(self) -> list[tuple]:
+        ks = np.array(self._lengths, dtype=np.int64)
+        ends = np.array(self._ends, dtype=np.float64)
+        keep = np.ones(len(ends) - 1, dtype=bool)
+        keep[(np.cumsum(ks) - 1)[:-1]] = False  # the jump from one segment to the next is no gap
+        gaps = np.diff(ends)[keep]
+        counts = np.array(self._counts, dtype=np.int64)  # segments x classes
+        out = []
+        for cls in range(counts.shape[1]):
+            per_gap = np.repeat(counts[:, cls], ks - 1)
+            mask = per_gap > 0
+            out.append((gaps[mask], per_gap[mask], np.full(int(mask.sum()), cls, dtype=np.int16)))
+        return out
 
 
 def weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
@@ -166,10 +238,10 @@ def distribution(values_ms: np.ndarray, name: str, counts: np.ndarray | None = N
     if counts is None:
         stats = (values_ms.mean(), np.median(values_ms), values_ms.std(),
                  np.percentile(values_ms, 90), np.percentile(values_ms, 99))
-    else:
-        total = counts.sum()
-        mean = float((values_ms * counts).sum() / total)
-        std = float(np.sqrt((counts * (values_ms - mean) ** 2).sum() / total))
+    else:  # exactly rounded sums: the entries' order (macro-steps or single steps) cannot matter
+        total = int(counts.sum())
+        mean = math.fsum((values_ms * counts).tolist()) / total
+        std = math.sqrt(math.fsum((counts * (values_ms - mean) ** 2).tolist()) / total)
         stats = (mean, weighted_percentile(values_ms, counts, 50), std,
                  weighted_percentile(values_ms, counts, 90), weighted_percentile(values_ms, counts, 99))
     return {f"{k}_{name}_ms": float(v) for k, v in zip(keys, stats)}

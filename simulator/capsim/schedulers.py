@@ -7,19 +7,23 @@
   of the budget goes to prompt chunks, so a long prompt spans several steps.
 When a running request needs memory and none is free, the newest running request is preempted
 (recompute: it returns to the front of the queue and later recomputes what it had).
+
+Fast path: when every decoding request fits its next token (memory and budget), the plan says
+`decode_all` instead of listing them, in O(1). Otherwise the slow path lists every running
+request in order and preempts; both give the same plan where both apply.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from capsim.kv_cache import Allocator
 from capsim.plan import StepPlan
 from capsim.request import Request
+from capsim.running import RunningSet
 
 REJECT_REASONS = ("exceeds_max_model_len", "exceeds_kv_capacity")
+UNLIMITED = 1 << 62
 
 
 class Scheduler:
@@ -32,7 +36,7 @@ class Scheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
 
-    def schedule(self, waiting: Sequence[Request], running: Sequence[Request], kv: Allocator) -> StepPlan:
+    def schedule(self, waiting: Sequence[Request], running: RunningSet, kv: Allocator) -> StepPlan:
         raise NotImplementedError
 
     def reject_reason(self, req: Request, kv: Allocator) -> str | None:
@@ -43,11 +47,36 @@ class Scheduler:
             return "exceeds_kv_capacity"
         return None
 
-    def _fit_running(self, order: list[Request], kv: Allocator, plan: StepPlan, budget: int) -> tuple[int, int]:
-        """Give each running request its tokens, oldest first, preempting the newest when memory
-        runs out. Returns (free units left, token budget left)."""
+    def _plan_running(self, running: RunningSet, kv: Allocator, plan: StepPlan, budget: int) -> tuple[int, int]:
+        """Give the running requests their tokens: decodes first, then prompt chunks. Returns
+        (free units left, token budget left)."""
+        free, budget0 = kv.free_units, budget
+        n = running.num_decoding
+        need = kv.decode_need(running, 1) if n else 0
+        if n <= budget and need <= free:
+            plan.decode_all, plan.num_decodes = n > 0, n
+            free, budget = free - need, budget - n
+            for req in running.partial():
+                tokens = min(req.pending_tokens, budget)
+                if tokens <= 0:
+                    continue
+                need = kv.units_needed(req, req.computed_tokens + tokens)
+                if need > free:  # memory runs out: redo the step the slow way, with preemption
+                    plan.decode_all, plan.num_decodes = False, 0
+                    del plan.scheduled[:], plan.new_tokens[:]
+                    return self._fit_running(running, kv, plan, budget0)
+                plan.scheduled.append(req)
+                plan.new_tokens.append(tokens)
+                free, budget = free - need, budget - tokens
+            return free, budget
+        return self._fit_running(running, kv, plan, budget)
+
+    def _fit_running(self, running: RunningSet, kv: Allocator, plan: StepPlan, budget: int) -> tuple[int, int]:
+        """Slow path: each running request in turn, decodes first, oldest first, preempting the
+        newest when memory runs out."""
+        everyone = running.decoders()
+        queue = [r for r in everyone if running.is_decoder(r)] + running.partial()
         free = kv.free_units
-        queue = list(order)
         i = 0
         while i < len(queue):
             req = queue[i]
@@ -75,7 +104,7 @@ class Scheduler:
         """Admit waiting requests FCFS while seats, budget and memory allow. Returns True when the
         queue ran out (so a new arrival could be admitted next step), False when admission is
         blocked (a new arrival would only queue behind)."""
-        seqs = len(plan.scheduled)
+        seqs = plan.num_seqs
         for req in waiting:
             reason = self.reject_reason(req, kv)
             if reason is not None:
@@ -97,17 +126,15 @@ class Scheduler:
             seqs += 1
         return True
 
-    def _set_repeat(self, plan: StepPlan, running: Sequence[Request], kv: Allocator) -> None:
-        """Mark a decode-only plan over all running requests as repeatable until the first
+    def _set_repeat(self, plan: StepPlan, running: RunningSet, kv: Allocator) -> None:
+        """Mark a plan that only decodes every running request as repeatable until the first
         completion or the first step whose blocks would not fit."""
-        if plan.admitted or plan.preempted or plan.rejected or len(plan.scheduled) != len(running):
+        if plan.scheduled or plan.preempted or plan.rejected or not plan.decode_all:
             return
-        if not all(n == 1 for n in plan.new_tokens) or not all(r.is_decoding for r in plan.scheduled):
+        if plan.num_decodes != len(running):
             return
-        steps_left = min(r.output_tokens - r.generated_tokens for r in plan.scheduled)
-        contexts = np.fromiter((r.computed_tokens for r in plan.scheduled), np.int64, len(plan.scheduled))
         plan.decode_only = True
-        plan.repeat_steps = max(1, kv.max_decode_steps(contexts, steps_left))
+        plan.repeat_steps = max(1, kv.max_decode_steps(running, running.steps_to_first_finish()))
 
 
 class StaticScheduler(Scheduler):
@@ -116,10 +143,10 @@ class StaticScheduler(Scheduler):
     def schedule(self, waiting, running, kv):
         plan = StepPlan(slots=self.max_num_seqs, wake_on_arrival=False)
         if running:  # a batch is in flight: only its unfinished members run
-            self._fit_running(list(running), kv, plan, budget=1 << 62)
+            self._plan_running(running, kv, plan, UNLIMITED)
             self._set_repeat(plan, running, kv)
             return plan
-        plan.wake_on_arrival = self._admit(waiting, kv, plan, kv.free_units, 1 << 62, whole_prompt=True)
+        plan.wake_on_arrival = self._admit(waiting, kv, plan, kv.free_units, UNLIMITED, whole_prompt=True)
         return plan
 
 
@@ -128,9 +155,8 @@ class ContinuousScheduler(Scheduler):
 
     def schedule(self, waiting, running, kv):
         plan = StepPlan(slots=self.max_num_seqs)
-        free, budget = self._fit_running(list(running), kv, plan, self.max_num_batched_tokens)
+        free, budget = self._plan_running(running, kv, plan, self.max_num_batched_tokens)
         if plan.preempted:
-            plan.wake_on_arrival = True
             return plan  # as vLLM: no admissions in a step that had to preempt
         plan.wake_on_arrival = self._admit(waiting, kv, plan, free, budget, whole_prompt=True)
         self._set_repeat(plan, running, kv)
@@ -142,11 +168,8 @@ class ChunkedPrefillScheduler(Scheduler):
 
     def schedule(self, waiting, running, kv):
         plan = StepPlan(slots=self.max_num_seqs)
-        decodes = [r for r in running if r.is_decoding]
-        order = decodes + [r for r in running if not r.is_decoding] if len(decodes) < len(running) else list(running)
-        free, budget = self._fit_running(order, kv, plan, self.max_num_batched_tokens)
+        free, budget = self._plan_running(running, kv, plan, self.max_num_batched_tokens)
         if plan.preempted:
-            plan.wake_on_arrival = True
             return plan
         plan.wake_on_arrival = self._admit(waiting, kv, plan, free, budget, whole_prompt=False)
         self._set_repeat(plan, running, kv)

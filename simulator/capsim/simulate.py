@@ -21,6 +21,7 @@ from capsim.errors import CapsimError
 from capsim.formats import NumberFormat, get_format
 from capsim.kv_cache import ContiguousAllocator, MemoryBudget, PagedAllocator, memory_budget
 from capsim.metrics import per_class, summarize
+from capsim.running import RunningSet
 from capsim.schedulers import SCHEDULERS
 from capsim.workload import build_stream
 
@@ -137,7 +138,7 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
     return Setup(w, source, base_dir, model, hardware, weights, kv_fmt, allocator, max_model_len, budget, memory)
 
 
-def build_replica(setup: Setup, index: int = 0) -> Replica:
+def build_replica(setup: Setup, index: int = 0, num_classes: int = 1) -> Replica:
     w, sched = setup.workload, setup.workload.scheduler
     if setup.allocator == "paged":
         watermark = int(sched.watermark * setup.memory.num_blocks)
@@ -146,7 +147,8 @@ def build_replica(setup: Setup, index: int = 0) -> Replica:
         kv = ContiguousAllocator(setup.memory.num_blocks, setup.max_model_len, w.reserve)
     scheduler = SCHEDULERS[sched.kind](sched.max_num_seqs, setup.max_num_batched_tokens, setup.max_model_len)
     cost = CostModel(setup.model, setup.hardware, setup.weights, setup.kv_cache, mode=w.mode, unit_step_s=w.unit_step_s)
-    return Replica(index, scheduler, kv, cost)
+    running = RunningSet(kv.block_size, cost.window if w.mode == "realistic" else 0, num_classes)
+    return Replica(index, scheduler, kv, cost, running)
 
 
 def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True, **overrides) -> RunResult:
@@ -159,8 +161,8 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
         source, base_dir, w = "workload", None, workload
     w = apply_overrides(w, source, **overrides)
     setup = resolve(w, source, base_dir)
-    replica = build_replica(setup)
     stream = build_stream(w, base_dir)
+    replica = build_replica(setup, num_classes=len(stream.class_names))
     engine = Engine([replica], stream, horizon_s=w.horizon_s, macro_steps=macro_steps)
     end_s = engine.run()
     return _result(setup, engine, end_s)
@@ -168,7 +170,7 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
 
 def _result(setup: Setup, engine: Engine, end_s: float) -> RunResult:
     requests = engine.requests.frame()
-    steps = engine.steps.frame()
+    steps = engine.steps.frame(engine.replicas[0].cost.decode_detail)
     gaps = engine.gaps.arrays()
     cm = engine.replicas[0].cost
     summary = summarize(

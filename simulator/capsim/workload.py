@@ -37,11 +37,12 @@ class _LengthSampler:
     def __init__(self, w: WorkloadConfig, rng: np.random.Generator) -> None:
         if w.classes:
             self.names = tuple(c.name for c in w.classes)
-            self.specs = [(c.prompt_tokens, c.output_tokens) for c in w.classes]
+            self.specs = [(c.prompt_tokens, c.output_tokens, c.split) for c in w.classes]
             weights = np.array([c.weight for c in w.classes])
             self.weights = weights / weights.sum()
         else:
-            self.names, self.specs, self.weights = ("all",), [(w.prompt_tokens, w.output_tokens)], np.ones(1)
+            self.names, self.weights = ("all",), np.ones(1)
+            self.specs = [(w.prompt_tokens, w.output_tokens, w.split)]
         children = rng.spawn(1 + 2 * len(self.specs))
         self.class_rng, self.rngs = children[0], children[1:]
 
@@ -52,8 +53,13 @@ class _LengthSampler:
             cls = self.class_rng.choice(len(self.specs), size=n, p=self.weights)
         prompt = np.zeros(n, dtype=np.int64)
         output = np.zeros(n, dtype=np.int64)
-        for c, (p_spec, o_spec) in enumerate(self.specs):
+        for c, (p_spec, o_spec, split) in enumerate(self.specs):
             idx = np.flatnonzero(cls == c)
+            if split is not None:
+                total = _lengths(split.total_tokens, idx, self.rngs[2 * c], trace, "prompt_tokens")
+                prompt[idx] = np.minimum(np.rint(total * split.prompt_share), total - 1).astype(np.int64)
+                output[idx] = total - prompt[idx]
+                continue
             prompt[idx] = _lengths(p_spec, idx, self.rngs[2 * c], trace, "prompt_tokens")
             output[idx] = _lengths(o_spec, idx, self.rngs[2 * c + 1], trace, "output_tokens")
         return prompt, output, cls

@@ -134,13 +134,36 @@ _UNION_TAGS.update({"fixed", "uniform", "normal", "lognormal", "empirical", "seq
                     "constant", "all_at_once", "closed_loop"})
 
 
+class TotalSplit(Frozen):
+    """Draw a request's total length, then split it: prompt = round(total x prompt_share), output
+    = the rest (at least 1). Vidur's length generators work this way (prefill:decode ratio 3 is
+    prompt_share 0.75)."""
+
+    total_tokens: Lengths
+    prompt_share: float = Field(gt=0, lt=1)
+
+
 class RequestClass(Frozen):
     """One kind of request in a mixed workload (e.g. short chats beside long agent sessions)."""
 
     name: str = Field(min_length=1)
     weight: float = Field(gt=0, description="share of requests (normalised over the classes)")
-    prompt_tokens: Lengths
-    output_tokens: Lengths
+    prompt_tokens: Lengths | None = None
+    output_tokens: Lengths | None = None
+    split: TotalSplit | None = None
+
+    @model_validator(mode="after")
+    def _lengths(self) -> RequestClass:
+        _check_lengths(self, f"classes.{self.name}: ")
+        return self
+
+
+def _check_lengths(obj, where: str) -> None:
+    separate = obj.prompt_tokens is not None or obj.output_tokens is not None
+    if obj.split is not None and separate:
+        raise ValueError(f"{where}give either 'split' or 'prompt_tokens'/'output_tokens', not both")
+    if obj.split is None and (obj.prompt_tokens is None or obj.output_tokens is None):
+        raise ValueError(f"{where}give 'prompt_tokens' and 'output_tokens' (or 'split')")
 
 
 class SchedulerConfig(Frozen):
@@ -180,7 +203,8 @@ class WorkloadConfig(Frozen):
     arrivals: Arrivals
     prompt_tokens: Lengths | None = None
     output_tokens: Lengths | None = None
-    classes: list[RequestClass] | None = Field(None, description="instead of prompt/output_tokens: a mix of kinds")
+    split: TotalSplit | None = Field(None, description="instead of prompt/output_tokens: a total length, split")
+    classes: list[RequestClass] | None = Field(None, description="instead of the above: a mix of kinds")
     requests: int | None = Field(None, gt=0, description="how many requests arrive")
     duration_s: float | None = Field(None, gt=0, description="or: send requests for this long")
     horizon_s: float | None = Field(None, gt=0, description="stop the clock here; the rest is 'unfinished'")
@@ -192,14 +216,16 @@ class WorkloadConfig(Frozen):
         trace = self.arrivals.kind == "trace"
         if not trace and self.requests is None and self.duration_s is None:
             raise ValueError("give 'requests' (how many) or 'duration_s' (for how long)")
-        if self.classes is None and (self.prompt_tokens is None or self.output_tokens is None):
-            raise ValueError("give 'prompt_tokens' and 'output_tokens', or a list of 'classes'")
-        if self.classes is not None and (self.prompt_tokens is not None or self.output_tokens is not None):
-            raise ValueError("give either 'prompt_tokens'/'output_tokens' or 'classes', not both")
+        if self.classes is None:
+            _check_lengths(self, "")
+        elif self.prompt_tokens is not None or self.output_tokens is not None or self.split is not None:
+            raise ValueError("give either 'prompt_tokens'/'output_tokens' (or 'split') or 'classes', not both")
         if self.classes is not None and len({c.name for c in self.classes}) != len(self.classes):
             raise ValueError("classes: names must be unique")
-        lengths = [(f"classes.{c.name}", c.prompt_tokens, c.output_tokens) for c in self.classes or []]
+        lengths = [(c.name, c.prompt_tokens, c.output_tokens) for c in self.classes or []]
+        lengths += [(c.name, c.split.total_tokens, None) for c in self.classes or [] if c.split]
         lengths.append(("", self.prompt_tokens, self.output_tokens))
+        lengths.append(("", self.split.total_tokens if self.split else None, None))
         from_trace = [w for w, p, o in lengths if (p is not None and p.dist == "trace") or (o is not None and o.dist == "trace")]
         if from_trace and not trace:
             raise ValueError("length dist 'trace' needs arrivals.kind 'trace'")

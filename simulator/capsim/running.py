@@ -1,0 +1,218 @@
+"""The running requests of one replica, with the aggregates that make a decode step O(1).
+
+Between events, every decoding request gains exactly one token per step. So instead of touching
+each request every step, the set keeps a decode clock `tick` and, per decoding request, the tick
+at which its counters were last written (`sync`). Its live counters are the written ones plus
+(tick - that tick). Sums over the decoding requests (contexts, sliding-window contexts), the
+block-boundary residues and the completion order are kept incrementally, so the cost of a step,
+the blocks k steps need, and the first completion are all O(1) or O(block_size).
+
+Requests are synced (their Request fields brought up to date) whenever anyone looks at them
+one by one: `decoders()`, completion, preemption. Syncing changes representation, not state.
+"""
+
+from __future__ import annotations
+
+import heapq
+from itertools import accumulate
+
+from capsim.request import Request
+
+
+class RunningSet:
+    def __init__(self, block_size: int, window: int = 0, num_classes: int = 1) -> None:
+        self.order: list[Request] = []  # admission order, oldest first (all running requests)
+        self.tick = 0
+        self.last_decode_end_s = 0.0  # when the decoding requests last emitted together
+        self.bs, self.window = block_size, window
+        self._tick0: dict[int, int] = {}  # decoding request id -> tick its counters were written
+        self._base: dict[int, int] = {}  # decoding request id -> computed - tick0 (constant)
+        self.num_decoding = 0
+        self.base_sum = 0
+        self.hist = [0] * block_size  # decoders by the tick residue at which they need a block
+        self._prefix: list[int] | None = None  # prefix sums of hist repeated twice (None: stale)
+        self.class_counts = [0] * num_classes
+        # Heaps hold (tick, entry number); an entry is live while _entry[id] is its number (a
+        # request that stops and later starts decoding again gets a new one).
+        self._finish: list[tuple[int, int, int]] = []  # (tick at which it has all its tokens, entry, id)
+        self._entry: dict[int, int] = {}
+        self._entries = 0
+        self._by_id: dict[int, Request] = {}
+        # sliding windows: decoders whose next attended context is still within the window
+        self._below: set[int] = set()
+        self.below_sum = 0
+        self._cross: list[tuple[int, int, int]] = []  # (tick after which it reaches the window, entry, id)
+
+    # ------------------------------------------------------------------ membership
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __bool__(self) -> bool:
+        return bool(self.order)
+
+    def admit(self, req: Request) -> None:
+        self.order.append(req)
+        if req.is_decoding:
+            self.start_decoding(req)
+
+    def remove(self, reqs: list[Request]) -> None:
+        for req in reqs:
+            if req.id in self._tick0:
+                self.stop_decoding(req)
+        if len(reqs) < 8:
+            for req in reqs:
+                self.order.remove(req)
+        else:
+            gone = {id(r) for r in reqs}
+            self.order = [r for r in self.order if id(r) not in gone]
+
+    def get(self, rid: int) -> Request | None:
+        """A decoding request by id (None if it is not decoding)."""
+        return self._by_id.get(rid)
+
+    def is_decoder(self, req: Request) -> bool:
+        return req.id in self._tick0
+
+    def partial(self) -> list[Request]:
+        """Running requests that are not decoding (prefill chunks still to go)."""
+        return [r for r in self.order if r.id not in self._tick0] if self.num_decoding < len(self.order) else []
+
+    # ------------------------------------------------------------------ decoding aggregates
+
+    def start_decoding(self, req: Request) -> None:
+        """The request has caught up with its prompt and will now gain one token per step."""
+        rid, tick = req.id, self.tick
+        base = req.computed_tokens - tick
+        self._tick0[rid], self._base[rid], self._by_id[rid] = tick, base, req
+        self.num_decoding += 1
+        self.base_sum += base
+        self.hist[(-base) % self.bs] += 1
+        self._prefix = None
+        self.class_counts[req.class_index] += 1
+        self._entries += 1
+        entry = self._entry[rid] = self._entries
+        heapq.heappush(self._finish, (tick + req.output_tokens - req.generated_tokens, entry, rid))
+        if self.window and base + tick + 1 <= self.window:
+            self._below.add(rid)
+            self.below_sum += base
+            heapq.heappush(self._cross, (self.window - base, entry, rid))
+
+    def stop_decoding(self, req: Request) -> None:
+        self.sync(req)
+        rid = req.id
+        base = self._base.pop(rid)
+        del self._tick0[rid], self._by_id[rid], self._entry[rid]
+        self.num_decoding -= 1
+        self.base_sum -= base
+        self.hist[(-base) % self.bs] -= 1
+        self._prefix = None
+        self.class_counts[req.class_index] -= 1
+        if rid in self._below:
+            self._below.discard(rid)
+            self.below_sum -= base
+
+    def sync(self, req: Request) -> None:
+        """Write a decoding request's live counters into its fields."""
+        rid = req.id
+        delta = self.tick - self._tick0[rid]
+        if delta:
+            req.computed_tokens += delta
+            req.generated_tokens += delta
+            req.last_token_s = self.last_decode_end_s
+            self._tick0[rid] = self.tick
+
+    def decoders(self) -> list[Request]:
+        """All running requests in admission order, decoding ones synced."""
+        for req in self._by_id.values():
+            self.sync(req)
+        return self.order
+
+    def context_sum(self, steps_ahead: int = 1) -> int:
+        """Sum over decoders of the context each attends to `steps_ahead` steps from now."""
+        return self.base_sum + self.num_decoding * (self.tick + steps_ahead)
+
+    def sliding_context_sum(self, steps_ahead: int = 1) -> int:
+        """As context_sum, each capped at the sliding window (valid for steps before steps_to_window)."""
+        self._move_crossed()
+        above = self.num_decoding - len(self._below)
+        return self.below_sum + len(self._below) * (self.tick + steps_ahead) + self.window * above
+
+    def num_above_window(self) -> int:
+        self._move_crossed()
+        return self.num_decoding - len(self._below)
+
+    def _live(self, entry: int, rid: int) -> bool:
+        return self._entry.get(rid) == entry
+
+    def steps_to_first_finish(self) -> int:
+        heap = self._finish
+        while heap and not self._live(heap[0][1], heap[0][2]):
+            heapq.heappop(heap)
+        return heap[0][0] - self.tick if heap else 1 << 62
+
+    def finishing(self) -> list[Request]:
+        """Decoders that have all their tokens at the current tick (popped from the heap)."""
+        done = []
+        heap = self._finish
+        while heap and heap[0][0] <= self.tick:
+            _, entry, rid = heapq.heappop(heap)
+            if self._live(entry, rid):
+                done.append(self._by_id[rid])
+        return done
+
+    def steps_to_window(self) -> int:
+        """Decode steps before some decoder's context passes its sliding window (then the
+        per-step sliding sum changes slope, so a macro-step stops there)."""
+        if not self.window:
+            return 1 << 62
+        self._move_crossed()
+        return self._cross[0][0] - self.tick if self._cross else 1 << 62
+
+    def _move_crossed(self) -> None:
+        """Decoders whose next step would attend past the window now count as `window`."""
+        cross = self._cross
+        while cross and (not self._live(cross[0][1], cross[0][2]) or cross[0][0] <= self.tick):
+            _, entry, rid = heapq.heappop(cross)
+            if self._live(entry, rid) and rid in self._below:
+                self._below.discard(rid)
+                self.below_sum -= self._base[rid]
+
+    def new_blocks(self, k: int) -> int:
+        """Blocks the decoders need over the next k steps (one each time a block fills)."""
+        bs = self.bs
+        if k == 1:
+            return self.hist[self.tick % bs]
+        prefix = self._prefix
+        if prefix is None:
+            prefix = self._prefix = [0, *accumulate(self.hist + self.hist)]
+        full, part = divmod(k, bs)
+        start = self.tick % bs
+        return full * self.num_decoding + prefix[start + part] - prefix[start]
+
+    def max_steps_within(self, free_blocks: int, k_max: int) -> int:
+        """Largest k <= k_max whose new blocks fit in free_blocks."""
+        n = self.num_decoding
+        if self.new_blocks(k_max) <= free_blocks:
+            return k_max
+        cycles = free_blocks // n if n else 0
+        left = free_blocks - cycles * n
+        k = cycles * self.bs
+        start = (self.tick + k) % self.bs
+        for i in range(self.bs):
+            need = self.hist[(start + i) % self.bs]
+            if need > left:
+                break
+            left -= need
+            k += 1
+        return min(k, k_max)
+
+    def advance(self, k: int, end_s: float) -> None:
+        """Every decoder gained k tokens; the last of them at end_s."""
+        self.tick += k
+        self.last_decode_end_s = end_s
+
+    def residues(self) -> tuple[int, ...]:
+        """The block-boundary histogram rotated to start at the current tick."""
+        start = self.tick % self.bs
+        return tuple(self.hist[start:] + self.hist[:start])
