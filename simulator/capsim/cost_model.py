@@ -3,9 +3,15 @@
 A step is priced as two rooflines run back to back, plus fixed overheads:
   GEMMs:     max(weight bytes / (eta_bw * BW),  matmul FLOPs / (eta_fl(T) * peak[dtype]))
   attention: max(KV bytes / (eta_attn * BW),    attention FLOPs / (eta_fl * peak) + dequant work)
-The GEMM part depends only on the token count T; the attention part on the contexts. Pure-decode
-steps are priced by `decode_steps`, vectorised over k consecutive steps, so a macro-step and k
-single steps give bit-identical times (both go through that one function).
+The GEMM part depends only on the token count T; the attention part on the contexts.
+
+Decode-only steps (every running request computes one token) are priced by `decode_seconds`, a
+function of the batch size n and the summed contexts S (full attention) and Ss (sliding window)
+only, and summed into end times by `decode_ends`: a numpy path for long runs and a scalar loop
+for short ones, using the same float operations in the same order. That is what makes a
+macro-step of k steps and k single steps land on the same bits (tests/test_engine.py). Anything
+that refines decode pricing must stay a function of (n, S, Ss) built from + - * / and max/min,
+identical in both paths (tests/test_cost_model.py checks bit-identity).
 
 Modes: `realistic` (the default for `run`), `document` (the source note's simplified model:
 weights-only traffic, eta_bw = 1, eta_fl = 0.5, no overheads) and `unit` (every step takes
@@ -25,6 +31,7 @@ from capsim.formats import NumberFormat
 from capsim.plan import StepPlan
 
 Mode = Literal["realistic", "document", "unit"]
+_VECTOR_FROM = 16  # decode runs this long or longer are priced with numpy, shorter ones in a loop
 BOUNDS = ("compute", "memory", "overhead")
 
 
@@ -221,11 +228,30 @@ class CostModel:
 
     def decode_seconds(self, n: int, ctx_full, ctx_sliding):
         """Step times of decode-only steps (scalars or numpy arrays of S and Ss; see above).
-        engine._decode_ends inlines the scalar expression in its loop: keep the two identical."""
+        decode_ends inlines the scalar expression in its loop: keep the two identical."""
         c1, c2, c0, m1, m2, m0 = self.decode_coefficients(n)
         if isinstance(ctx_full, np.ndarray):
             return np.maximum(c1 * ctx_full + c2 * ctx_sliding + c0, m1 * ctx_full + m2 * ctx_sliding + m0)
         return max(c1 * ctx_full + c2 * ctx_sliding + c0, m1 * ctx_full + m2 * ctx_sliding + m0)
+
+    def decode_ends(self, n: int, k: int, now: float, ctx_full0: int, ctx_sliding0: int, below: int):
+        """End times of k decode steps from `now`: step j (1..k) attends ctx_full0 + n*j positions
+        (ctx_sliding0 + below*j in sliding layers); times summed in order from `now`."""
+        if k >= _VECTOR_FROM:
+            j = np.arange(1, k + 1, dtype=np.int64)
+            seconds = self.decode_seconds(n, (ctx_full0 + n * j).astype(np.float64),
+                                          (ctx_sliding0 + below * j).astype(np.float64))
+            seconds[0] = now + seconds[0]
+            return np.cumsum(seconds)
+        c1, c2, c0, m1, m2, m0 = self.decode_coefficients(n)
+        ends, t = [], now
+        full, sliding = ctx_full0, ctx_sliding0
+        for _ in range(k):  # decode_seconds inlined: this loop is the simulator's hottest code
+            full += n
+            sliding += below
+            t = t + max(c1 * full + c2 * sliding + c0, m1 * full + m2 * sliding + m0)
+            ends.append(t)
+        return ends
 
     def decode_detail(self, n: np.ndarray, ctx_full: np.ndarray, ctx_sliding: np.ndarray) -> DecodeSteps:
         """FLOPs, bytes and bound of decode-only steps (vectorised over many steps at once, for

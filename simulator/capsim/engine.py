@@ -29,7 +29,6 @@ from capsim.schedulers import REJECT_REASONS, Scheduler
 from capsim.workload import ClosedLoopStream, OpenLoopStream
 
 _LATE = 2  # step ends fire after same-time arrivals (SimPy's NORMAL is 1)
-_VECTOR_FROM = 16  # macro-steps this long or longer are priced with numpy, shorter ones in a loop
 
 
 class _At(Event):
@@ -268,7 +267,7 @@ class Engine:
         ctx_full0 = running.context_sum(0)
         below = running.num_decoding - running.num_above_window() if running.window else 0
         ctx_sliding0 = running.sliding_context_sum(0) if running.window else 0
-        ends = self._decode_ends(rep, n, k, now, ctx_full0, ctx_sliding0, below)
+        ends = rep.cost.decode_ends(n, k, now, ctx_full0, ctx_sliding0, below)
         k = self._cap_steps(ends, plan)
         if k == 0:  # the first step crosses the horizon: it never completes
             yield _At(env, float(ends[0]), _LATE)
@@ -288,26 +287,6 @@ class Engine:
                                residues=residues, stored0=stored0, waiting=waiting, ctx_full0=ctx_full0,
                                ctx_sliding0=ctx_sliding0, below_window=below)
         self._release(rep, running.finishing(), end)
-
-    def _decode_ends(self, rep: Replica, n: int, k: int, now: float, ctx_full0: int, ctx_sliding0: int, below: int):
-        """End times of k decode steps: each step's time by CostModel.decode_seconds' formula,
-        summed in order from `now` (numpy for long runs, a loop for short ones: the same float
-        operations in the same order, so both give the same bits)."""
-        if k >= _VECTOR_FROM:
-            j = np.arange(1, k + 1, dtype=np.int64)
-            seconds = rep.cost.decode_seconds(n, (ctx_full0 + n * j).astype(np.float64),
-                                              (ctx_sliding0 + below * j).astype(np.float64))
-            seconds[0] = now + seconds[0]
-            return np.cumsum(seconds)
-        c1, c2, c0, m1, m2, m0 = rep.cost.decode_coefficients(n)
-        ends, t = [], now
-        full, sliding = ctx_full0, ctx_sliding0
-        for _ in range(k):  # decode_seconds inlined: this loop is the simulator's hottest code
-            full += n
-            sliding += below
-            t = t + max(c1 * full + c2 * sliding + c0, m1 * full + m2 * sliding + m0)
-            ends.append(t)
-        return ends
 
     def _waiting_during(self, rep: Replica, ends, k: int):
         """Queue length at the end of each of the k steps (a number when it does not change)."""
