@@ -1,21 +1,42 @@
 """Flat records -> DataFrames -> summary (DESIGN §4, vLLM's metric definitions).
 
-The engine writes compact numpy columns: one row per arrived request (`RequestLog`), one row per
-forward pass (`StepLog`), and inter-token gaps as (gap, count) pairs (`GapLog`): every sequence in
-a decode step that also emitted in the previous step has the same gap, the step's duration, so a
-step contributes one pair instead of one value per sequence. Percentiles over the pairs are
-exactly numpy's default (linear) percentiles over the expanded list.
+The engine writes compact flat buffers: one row per arrived request (`RequestLog`), one row per
+forward pass (`StepLog`, a macro-step as one segment), and inter-token gaps as (gap, count) pairs
+(`GapLog`): every sequence in a decode step that also emitted in the previous step has the same
+gap, the step's duration, so a step contributes one pair instead of one value per sequence.
+Percentiles over the pairs are exactly numpy's default (linear) percentiles over the expanded list.
 """
 
 from __future__ import annotations
 
 import math
+from array import array
 
 import numpy as np
 import pandas as pd
 
 OUTCOMES = ("completed", "rejected", "unfinished")
 BOUND_NAMES = ("compute", "memory", "overhead")
+NAN = float("nan")
+
+
+class _Rows:
+    """Fixed-width numeric rows kept as one flat float64 buffer: 8 bytes a value (a million-
+    request run stays small), one C call per row, one zero-copy matrix at the end. Integers are
+    exact up to 2**53."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.data = array("d")
+
+    def __len__(self) -> int:
+        return len(self.data) // self.width
+
+    def add(self, values) -> None:
+        self.data.extend(values)
+
+    def matrix(self) -> np.ndarray:
+        return np.frombuffer(self.data, dtype=np.float64).reshape(-1, self.width)
 
 
 class StepLog:
@@ -32,10 +53,10 @@ class StepLog:
     def __init__(self, block_size: int = 1) -> None:
         self.block_size = block_size  # 1: contiguous (units are tokens, nothing grows in a segment)
         self.rows = 0
-        self._single: list[tuple] = []
-        self._segments: list[tuple] = []  # numbers only, so they become one array at the end
-        self._ends: list[float] = []  # every segment's step end times, flat
-        self._residues: list[tuple[int, ...]] = []
+        self._single = _Rows(len(self.COLUMNS))
+        self._segments = _Rows(11)
+        self._ends = array("d")  # every segment's step end times, flat
+        self._residues = _Rows(block_size)
         self._no_residues = (0,) * block_size
         self._waiting_steps: dict[int, np.ndarray] = {}  # segments whose queue changed mid-way
 
@@ -44,7 +65,7 @@ class StepLog:
 
     def add(self, *values) -> None:
         """One step, the values in COLUMNS order."""
-        self._single.append(values)
+        self._single.add(values)
         self.rows += 1
 
     def add_segment(self, ends, start_s: float, *, replica: int, num_seqs: int, slots: int, used0: int,
@@ -58,19 +79,20 @@ class StepLog:
         self._ends.extend(ends)
         if not isinstance(waiting, int):
             self._waiting_steps[len(self._segments)] = waiting
-        self._segments.append((k, start_s, replica, num_seqs, slots, used0, stored0, waiting if isinstance(waiting, int) else 0,
-                               ctx_full0, ctx_sliding0, below_window))
-        self._residues.append(residues or self._no_residues)
+            waiting = 0
+        self._segments.add((k, start_s, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0, ctx_sliding0,
+                            below_window))
+        self._residues.add(residues or self._no_residues)
         self.rows += k
 
     def frame(self, pricer=None) -> pd.DataFrame:
         """All rows in time order. `pricer(n, ctx_full, ctx_sliding)` gives the FLOPs, bytes and
         bound of decode steps (CostModel.decode_detail)."""
         parts = []
-        if self._single:
-            parts.append({name: np.array([r[i] for r in self._single], dtype=dt)
-                          for i, (name, dt) in enumerate(zip(self.COLUMNS, self.DTYPES))})
-        if self._segments:
+        if len(self._single):
+            single = self._single.matrix()
+            parts.append({name: single[:, i].astype(dt) for i, (name, dt) in enumerate(zip(self.COLUMNS, self.DTYPES))})
+        if len(self._segments):
             parts.append(self._expand_segments(pricer))
         if not parts:
             return pd.DataFrame({name: np.zeros(0, dtype=dt) for name, dt in zip(self.COLUMNS, self.DTYPES)})
@@ -80,7 +102,7 @@ class StepLog:
         return pd.DataFrame({name: col[order] for name, col in cols.items()})
 
     def _expand_segments(self, pricer) -> dict:
-        seg = np.array(self._segments, dtype=np.float64)  # one row per segment, columns as stored
+        seg = self._segments.matrix()  # one row per segment, columns as stored
         ks = seg[:, 0].astype(np.int64)
         first = np.cumsum(ks) - ks
         which = np.repeat(np.arange(len(ks)), ks)
@@ -89,7 +111,7 @@ class StepLog:
         def per_step(i, dtype=np.int64):
             return seg[which, i].astype(dtype)
 
-        ends = np.array(self._ends, dtype=np.float64)
+        ends = np.frombuffer(self._ends, dtype=np.float64)
         before = np.roll(ends, 1)
         before[first] = seg[:, 1]
         n = per_step(3)
@@ -112,7 +134,7 @@ class StepLog:
         bs = self.block_size
         if bs == 1:
             return np.zeros(len(j), dtype=np.int64)
-        residues = np.array(self._residues, dtype=np.int64)
+        residues = self._residues.matrix().astype(np.int64)
         prefix = np.concatenate((np.zeros((len(residues), 1), dtype=np.int64), np.cumsum(residues, axis=1)), axis=1)
         return (j // bs) * n + prefix[which, j % bs]
 
@@ -126,38 +148,42 @@ class RequestLog:
 
     def __init__(self, reject_reasons: tuple[str, ...], class_names: tuple[str, ...] = ("all",)) -> None:
         self.reject_reasons, self.class_names = reject_reasons, class_names
-        self._rows: list[tuple] = []
+        self._rows = _Rows(len(self.FIELDS))
 
     def __len__(self) -> int:
         return len(self._rows)
 
     def write(self, req, outcome: str, reason: str | None = None) -> None:
         """Record a request's final state (outcome: completed, rejected or unfinished)."""
-        self._rows.append((req.id, req.arrival_s, req.prompt_tokens, req.output_tokens, OUTCOMES.index(outcome),
-                           -1 if reason is None else self.reject_reasons.index(reason), req.first_scheduled_s,
-                           req.first_token_s, req.finish_s, req.generated_tokens, req.preemptions,
-                           req.recomputed_tokens, req.replica, -1 if req.user is None else req.user, req.class_index))
+        self._rows.add((req.id, req.arrival_s, req.prompt_tokens, req.output_tokens, OUTCOMES.index(outcome),
+                        -1 if reason is None else self.reject_reasons.index(reason),
+                        NAN if req.first_scheduled_s is None else req.first_scheduled_s,
+                        NAN if req.first_token_s is None else req.first_token_s,
+                        NAN if req.finish_s is None else req.finish_s, req.generated_tokens, req.preemptions,
+                        req.recomputed_tokens, req.replica, -1 if req.user is None else req.user, req.class_index))
 
     def frame(self) -> pd.DataFrame:
-        rows = sorted(self._rows)
-        cols = dict(zip(self.FIELDS, zip(*rows))) if rows else {f: () for f in self.FIELDS}
-        nan = np.nan
+        rows = self._rows.matrix()
+        rows = rows[np.argsort(rows[:, 0], kind="stable")]
+        col = dict(zip(self.FIELDS, rows.T))
+        user = col["user"].astype(np.int64)
         df = pd.DataFrame({
-            "request_id": np.array(cols["id"], dtype=np.int64),
-            "request_class": pd.Categorical.from_codes(np.array(cols["class_index"], dtype=np.int16), self.class_names),
-            "arrival_s": np.array(cols["arrival_s"], dtype=np.float64),
-            "prompt_tokens": np.array(cols["prompt_tokens"], dtype=np.int32),
-            "output_tokens": np.array(cols["output_tokens"], dtype=np.int32),
-            "outcome": pd.Categorical.from_codes(np.array(cols["outcome"], dtype=np.int8), OUTCOMES),
-            "reject_reason": np.array(("",) + self.reject_reasons, dtype=object)[np.array(cols["reject_reason"], dtype=np.int64) + 1],
-            **{c: np.array([nan if v is None else v for v in cols[c]], dtype=np.float64)
-               for c in ("first_scheduled_s", "first_token_s", "finish_s")},
-            "generated_tokens": np.array(cols["generated_tokens"], dtype=np.int32),
-            "preemptions": np.array(cols["preemptions"], dtype=np.int32),
-            "recomputed_tokens": np.array(cols["recomputed_tokens"], dtype=np.int64),
-            "replica": np.array(cols["replica"], dtype=np.int16),
-            "user": pd.array([None if u < 0 else u for u in cols["user"]], dtype="Int32"),
+            "request_id": col["id"].astype(np.int64),
+            "request_class": pd.Categorical.from_codes(col["class_index"].astype(np.int16), self.class_names),
+            "arrival_s": col["arrival_s"],
+            "prompt_tokens": col["prompt_tokens"].astype(np.int32),
+            "output_tokens": col["output_tokens"].astype(np.int32),
+            "outcome": pd.Categorical.from_codes(col["outcome"].astype(np.int8), OUTCOMES),
+            "reject_reason": np.array(("",) + self.reject_reasons, dtype=object)[col["reject_reason"].astype(np.int64) + 1],
+            "first_scheduled_s": col["first_scheduled_s"], "first_token_s": col["first_token_s"],
+            "finish_s": col["finish_s"],
+            "generated_tokens": col["generated_tokens"].astype(np.int32),
+            "preemptions": col["preemptions"].astype(np.int32),
+            "recomputed_tokens": col["recomputed_tokens"].astype(np.int64),
+            "replica": col["replica"].astype(np.int16),
+            "user": pd.array(np.where(user >= 0, user, 0), dtype="Int32"),
         })
+        df.loc[user < 0, "user"] = pd.NA
         ms = 1e3
         df["ttft_ms"] = (df["first_token_s"] - df["arrival_s"]) * ms
         df["e2el_ms"] = (df["finish_s"] - df["arrival_s"]) * ms
@@ -173,41 +199,43 @@ class GapLog:
     class. Entry order does not matter: statistics over them are order-independent."""
 
     def __init__(self) -> None:
-        self._single: list[tuple[float, int, int]] = []
-        self._ends: list[float] = []  # every segment's step end times, flat
-        self._lengths: list[int] = []
-        self._counts: list[tuple[int, ...]] = []
+        self._single = _Rows(3)
+        self._ends = array("d")  # every segment's step end times, flat
+        self._lengths = array("q")
+        self._counts: _Rows | None = None
 
     def add(self, gap_s: float, count: int = 1, cls: int = 0) -> None:
         if count:
-            self._single.append((gap_s, count, cls))
+            self._single.add((gap_s, count, cls))
 
     def add_segment(self, ends, counts: tuple[int, ...]) -> None:
         """Gaps between consecutive `ends`, each shared by counts[c] sequences of class c."""
         if len(ends) > 1:
             self._ends.extend(ends)
             self._lengths.append(len(ends))
-            self._counts.append(counts)
+            if self._counts is None:
+                self._counts = _Rows(len(counts))
+            self._counts.add(counts)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(gaps_s, counts, classes)."""
         parts = []
-        if self._single:
-            g, c, k = zip(*self._single)
-            parts.append((np.array(g, dtype=np.float64), np.array(c, dtype=np.int64), np.array(k, dtype=np.int16)))
-        if self._lengths:
+        if len(self._single):
+            m = self._single.matrix()
+            parts.append((m[:, 0].copy(), m[:, 1].astype(np.int64), m[:, 2].astype(np.int16)))
+        if len(self._lengths):
             parts += self._expand()
         if not parts:
             return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int16)
         return tuple(np.concatenate(p) for p in zip(*parts))
 
     def _expand(self) -> list[tuple]:
-        ks = np.array(self._lengths, dtype=np.int64)
-        ends = np.array(self._ends, dtype=np.float64)
+        ks = np.frombuffer(self._lengths, dtype=np.int64)
+        ends = np.frombuffer(self._ends, dtype=np.float64)
         keep = np.ones(len(ends) - 1, dtype=bool)
         keep[(np.cumsum(ks) - 1)[:-1]] = False  # the jump from one segment to the next is no gap
         gaps = np.diff(ends)[keep]
-        counts = np.array(self._counts, dtype=np.int64)  # segments x classes
+        counts = self._counts.matrix().astype(np.int64)  # segments x classes
         out = []
         for cls in range(counts.shape[1]):
             per_gap = np.repeat(counts[:, cls], ks - 1)
