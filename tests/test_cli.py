@@ -82,3 +82,20 @@ def test_catalogue_commands():
 def test_help_lists_the_commands():
     p = capsim("--help")
     assert p.returncode == 0 and all(c in p.stdout for c in ("run", "tables", "gpus", "models"))
+
+
+def test_calibrate_on_cpu_then_run_with_the_profile(tmp_path):
+    pytest.importorskip("torch")
+    p = capsim("calibrate", "--device", "cpu", "--backend", "sdpa", "--tiny", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    profile = tmp_path / "cpu.calibrated.yaml"
+    assert profile.exists() and "MAPE" in p.stdout
+    check = capsim("calibrate", "--check", str(profile))
+    assert check.returncode == 0 and "recomputed_pct" in check.stdout and "matches" in check.stdout
+    run = capsim("run", "workloads/chat.yaml", "--gpu", str(profile), "--requests", "20", "--json")
+    assert run.returncode == 0 and json.loads(run.stdout)["completed"] == 20
+
+
+def test_unknown_option_is_a_usage_error_not_a_traceback():
+    p = capsim("run", "workloads/chat.yaml", "--bogus")
+    assert p.returncode == 2 and "No such option" in p.stderr and "Traceback" not in p.stderr

@@ -116,3 +116,66 @@ def test_efficiency_and_overheads_from_the_profile(tiny_model, round_gpu):
     assert slow.overhead_s == pytest.approx(1e-3 + 1e-4)
     # attention reads fall back to the same bandwidth efficiency, so the whole memory time doubles
     assert slow.seconds == pytest.approx(base.seconds / 0.5 + 1.1e-3, rel=1e-9)
+
+
+def _linked(gpu, **link):
+    ic = gpu.interconnect.model_copy(update={"gpu_link_bytes_per_s": 100e9, "link_efficiency": 1.0,
+                                             "allreduce_latency_s": 10e-6, **link})
+    return gpu.model_copy(update={"interconnect": ic})
+
+
+def test_tensor_parallelism_splits_the_work_and_adds_two_allreduces_per_layer(tiny_model, round_gpu):
+    gpu = _linked(round_gpu)
+    one, two = _cm(tiny_model, gpu), _cm(tiny_model, gpu, tp=2)
+    assert two.gemm_part(1, 1, 1)[3] == pytest.approx(one.gemm_part(1, 1, 1)[3] / 2)  # 13e6 B of 26e6
+    assert two.kv_full_bytes == one.kv_full_bytes / 2  # 5 of 10 KV heads per rank
+    assert two.gemm_part(1000, 1, 1)[2] == pytest.approx(one.gemm_part(1000, 1, 1)[2] / 2)
+    # 1 layer, 1 token: 2 x (10 us + 2(2-1)/2 x 1,000 hidden x 2 bytes / 100 GB/s)
+    assert two.fixed_seconds(1, 1, decode_only=True)[1] == pytest.approx(2 * (10e-6 + 2000 / 100e9))
+    assert one.fixed_seconds(1, 1, decode_only=True)[1] == 0.0
+    step = two.step_cost(_plan((decoding(999, 5), 1)))
+    assert step.seconds == pytest.approx(13e-6 + 1001 * 2000 / 1e12 + 2 * (10e-6 + 2000 / 100e9), rel=1e-9)
+    pcie = _cm(tiny_model, _linked(round_gpu, gpu_link_bytes_per_s=None), tp=2)
+    # no GPU link: the all-reduce goes over PCIe (10 GB/s on the round GPU)
+    assert pcie.fixed_seconds(1000, 1, decode_only=False)[1] == pytest.approx(2 * (10e-6 + 1000 * 2000 / 10e9))
+
+
+def test_gemm_efficiency_ramps_with_the_token_count(tiny_model, round_gpu):
+    gpu = round_gpu.model_copy(update={"efficiency": round_gpu.efficiency.model_copy(update={"compute_half_tokens": 64})})
+    cm = _cm(tiny_model, gpu)
+    flat = _cm(tiny_model, round_gpu)
+    # at M = 64 the GEMMs run at half their large-M efficiency, at M = 6,400 at 99%
+    assert cm.gemm_part(64, 1, 1)[0] == pytest.approx(2 * flat.gemm_part(64, 1, 1)[0])
+    assert cm.gemm_part(6400, 1, 1)[0] == pytest.approx(flat.gemm_part(6400, 1, 1)[0] * 6464 / 6400)
+
+
+def test_engine_and_tp_keep_scalar_and_vector_decode_times_bit_identical(tiny_model, round_gpu):
+    from capsim.engines import load_engine
+
+    gpu = _linked(round_gpu).model_copy(update={"overhead": round_gpu.overhead.model_copy(
+        update={"kernel_s": 2e-6, "launch_gap_s": 1e-6, "attention_seq_s": 3e-8})})
+    cm = CostModel(tiny_model, gpu, get_format("q4_0"), get_format("q8_0"), engine=load_engine("llama.cpp"), tp=2)
+    rng = np.random.default_rng(1)
+    full = rng.integers(1, 10**6, size=100).astype(np.float64)
+    for n in (1, 3, 40):
+        vector = cm.decode_seconds(n, full, full * 0)
+        assert all(cm.decode_seconds(n, int(f), 0) == v for f, v in zip(full, vector))
+    ends = cm.decode_ends(3, 20, 1.0, 500, 0, 0)
+    assert list(ends[:5]) == cm.decode_ends(3, 5, 1.0, 500, 0, 0)
+
+
+def test_explain_shows_the_terms_of_the_priced_step(tiny_model, round_gpu):
+    from capsim import explain
+    from capsim.engines import load_engine
+
+    cm = CostModel(tiny_model, _linked(round_gpu), FP16, FP16, engine=load_engine("vllm"), tp=2)
+    dec = explain.decode_step(cm, 8, 100)
+    assert dec.seconds == pytest.approx(cm.decode_seconds(8, 800, 0), rel=1e-9)
+    assert {t.name for t in dec.terms} >= {"GEMM weight reads", "attention KV traffic", "fixed: host + kernels",
+                                          "all-reduce (TP)"}
+    pre = explain.prefill_chunk(cm, 500)
+    priced = cm.step_cost(_plan((make_request(500, 5), 500)))
+    assert pre.seconds == pytest.approx(priced.seconds, rel=1e-9)
+    assert pre.bound == priced.bound == "overhead"  # a 13M-parameter model: vLLM's 0.5 ms host time dominates
+    text = explain.render([dec, pre], cm)
+    assert "engine.overhead" in text and "gpu.efficiency" in text and "ms" in text

@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 from conftest import make_paged, make_request
-from hypothesis import given, settings
+from hypothesis import settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from capsim.kv_cache import ContiguousAllocator, PagedAllocator, blocks_for, memory_budget
+from capsim.kv_cache import ContiguousAllocator, PagedAllocator, blocks_for
 
 
 def test_paged_hands_out_blocks_on_demand_and_frees_them():
@@ -93,55 +94,101 @@ def test_promised_decode_blocks_match_step_by_step_allocation():
     assert bulk.used_units == 0
 
 
-def test_memory_budget_follows_vllm(tiny_model, round_gpu):
-    fp16 = __import__("capsim.formats", fromlist=["get_format"]).get_format("fp16")
-    m = memory_budget(tiny_model, round_gpu, fp16, fp16, block_size=16, gpu_memory_utilization=0.9,
-                      max_num_batched_tokens=2048, max_num_seqs=4, realistic=True)
-    # 100 GB x 0.9 - 26e6 B of weights (13e6 params x 2) - activations - 0.5 GiB reserve
-    activation = 2048 * 2 * (2 * 4000 + 4 * 1000) + 4 * 1000 * 4
-    kv = 90e9 - 26e6 - activation - 0.5 * 2**30
-    assert m.kv_bytes == pytest.approx(kv)
-    assert m.num_blocks == int(kv // (16 * 4000))
-    forced = memory_budget(tiny_model, round_gpu, fp16, fp16, block_size=16, gpu_memory_utilization=0.9,
-                           max_num_batched_tokens=2048, max_num_seqs=4, num_gpu_blocks=123)
-    assert forced.num_blocks == 123 and forced.overridden
+class AllocatorMachine(RuleBasedStateMachine):
+    """Random admissions (with prefix-cache hits), growth, forks (copy-on-write of the partial
+    block), preemptions and completions, with LRU eviction of cached blocks under pressure.
+    After every step: refcounts match the tables, no block is both free and used, counts add
+    up; at the end every block comes back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kv = PagedAllocator(num_blocks=24, block_size=4, caching=True)
+        self.live: dict[int, object] = {}
+        self.next_id = 0
+
+    def _new(self, prompt: int, prefix: int, session: int | None):
+        from capsim.request import Request
+
+        self.next_id += 1
+        return Request(self.next_id, 0.0, prompt, 8, shared_prefix_tokens=prefix, session=session)
+
+    @rule(prompt=st.integers(1, 30), prefix=st.sampled_from([0, 8, 12]), session=st.sampled_from([None, 1, 2]))
+    def admit(self, prompt, prefix, session):
+        req = self._new(max(prompt, prefix + 1), prefix, session)
+        hits, revived = self.kv.prefix_hits(req)
+        if self.kv.admission_units(req, req.prompt_tokens, hits, revived) > self.kv.free_units:
+            return
+        self.kv.use_hits(req, hits)
+        req.computed_tokens = hits * 4
+        self.kv.allocate(req, req.prompt_tokens)
+        req.computed_tokens = req.prompt_tokens
+        self.kv.register(req)
+        self.live[req.id] = req
+
+    @rule(data=st.data(), n=st.integers(1, 9))
+    def grow(self, data, n):
+        if self.live:
+            req = self.live[data.draw(st.sampled_from(sorted(self.live)))]
+            if self.kv.units_needed(req, req.computed_tokens + n) <= self.kv.free_units:
+                self.kv.allocate(req, req.computed_tokens + n)
+                req.computed_tokens += n
+
+    @rule(data=st.data())
+    def fork(self, data):
+        if self.live:
+            parent = self.live[data.draw(st.sampled_from(sorted(self.live)))]
+            if (1 if parent.computed_tokens % 4 else 0) <= self.kv.free_units:
+                child = self._new(parent.prompt_tokens, parent.shared_prefix_tokens, parent.session)
+                self.kv.fork(parent, child)
+                child.computed_tokens = parent.computed_tokens
+                self.live[child.id] = child
+
+    @rule(data=st.data())
+    def release(self, data):  # completion or preemption: the same for the allocator
+        if self.live:
+            req = self.live.pop(data.draw(st.sampled_from(sorted(self.live))))
+            self.kv.release(req)
+            req.computed_tokens = 0
+
+    @invariant()
+    def consistent(self):
+        self.kv.check()
+        assert 0 <= self.kv.used_units <= self.kv.num_blocks
+        held = sum(-(-r.computed_tokens // 4) for r in self.live.values()) - self.kv.shared_units
+        assert self.kv.used_units == held  # physical blocks = logical blocks - sharing
+
+    def teardown(self):
+        for req in list(self.live.values()):
+            self.kv.release(req)
+        assert self.kv.used_units == 0 and self.kv.free_units == self.kv.num_blocks
+        self.kv.check()
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["grow", "release", "fork"]), st.integers(0, 9), st.integers(1, 40)),
-                max_size=80))
-def test_paged_allocator_invariants(ops):
-    """Whatever happens, no more blocks than exist are handed out, refcounts match the tables, and
-    every block comes back once everyone lets go."""
-    kv = PagedAllocator(num_blocks=30, block_size=4)
-    reqs = {i: make_request(1, 1, rid=i) for i in range(10)}
-    tokens = {i: 0 for i in range(10)}
-    for op, i, n in ops:
-        req = reqs[i]
-        if op == "grow":
-            target = tokens[i] + n
-            if kv.units_needed(req, target) <= kv.free_units and req.id not in _shared(kv, req):
-                kv.allocate(req, target)
-                tokens[i] = req.computed_tokens = target
-        elif op == "release":
-            kv.release(req)
-            tokens[i] = req.computed_tokens = 0
-        elif req.id not in kv.tables:
-            j = (i + n) % 10
-            if j in kv.tables and tokens[j] > 0:
-                kv.fork(reqs[j], req)
-                req.computed_tokens = tokens[j]
-                tokens[i] = -1  # a forked table is frozen in this test
-        assert 0 <= kv.used_units <= kv.num_blocks
-        kv.check()
-    for req in reqs.values():
-        kv.release(req)
-        req.computed_tokens = 0
-    assert kv.used_units == 0 and kv.free_units == kv.num_blocks
+AllocatorMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=40, deadline=None)
+TestAllocatorMachine = AllocatorMachine.TestCase
+
+
+def test_prefix_cache_hits_and_lru_eviction():
+    from capsim.request import Request
+
+    kv = PagedAllocator(num_blocks=6, block_size=4, caching=True)
+    a = Request(1, 0.0, 10, 1, shared_prefix_tokens=8)
+    kv.allocate(a, 10)
+    a.computed_tokens = 10
+    kv.register(a)
+    b = Request(2, 0.0, 12, 1, shared_prefix_tokens=8)
+    assert kv.prefix_hits(b) == (2, 0)  # both full prefix blocks, in use: shared, not revived
+    kv.use_hits(b, 2)
+    b.computed_tokens = 8
+    assert kv.shared_units == 2 and kv.used_units == 3
+    kv.release(a)
+    a.computed_tokens = 0
+    assert kv.used_units == 2  # a's prefix blocks are still b's; its own partial block is free
+    kv.release(b)
+    assert kv.used_units == 0 and len(kv._evictable) == 2  # cached, evictable
+    c = Request(3, 0.0, 9, 1, shared_prefix_tokens=8)
+    assert kv.prefix_hits(c) == (2, 2)  # found again, revived from the evictable pool
+    d = Request(4, 0.0, 24, 1)  # needs all 6 blocks: evicts the cached prefix
+    kv.allocate(d, 24)
+    assert kv.prefix_hits(c) == (0, 0)
     kv.check()
-
-
-def _shared(kv, req):
-    """Requests whose last block is shared (growing them would need copy-on-write)."""
-    table = kv.tables.get(req.id, [])
-    return {req.id} if table and kv.refcount(table[-1]) > 1 else set()

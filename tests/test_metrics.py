@@ -47,7 +47,7 @@ def test_summary_counts_throughput_and_kv_utilisation():
     log.write(make_request(5000, 1, rid=1, arrival_s=0.5), "rejected", "too_long")
     steps = StepLog(block_size=16)
     for end, stored in ((1.0, 16), (2.0, 32)):  # columns in StepLog.COLUMNS order
-        steps.add(end, 1.0, 0, 1, 4, 0, 1, 1, 1e12, 1e9, 2, 32, stored, 0, 0)
+        steps.add(end, 1.0, 0, 1, 4, 0, 1, 1, 1e12, 1e9, 2, 32, stored, 0, 0, 0)
     gaps = GapLog()
     gaps.add(0.1, 10)
     s = summarize(log.frame(), steps.frame(), gaps.arrays(), duration_s=4.0, peak_flops=1e12,
@@ -65,17 +65,17 @@ def test_summary_counts_throughput_and_kv_utilisation():
 def test_gap_log_expands_segments():
     g = GapLog()
     g.add(1.0, 2)
-    g.add_segment([10.0, 13.0, 17.0], (5, 0))  # two gaps, 3 and 4, shared by 5 sequences of class 0
-    g.add_segment([20.0, 21.0], (2, 1))
+    g.add_segment(3, (5, 0))  # ends 10, 13, 17: two gaps, 3 and 4, shared by 5 sequences of class 0
+    g.add_segment(2, (2, 1))  # ends 20, 21
     g.add(2.0, 1, cls=1)
-    gaps, counts, classes = g.arrays()
+    gaps, counts, classes = g.arrays(np.array([10.0, 13.0, 17.0, 20.0, 21.0]))  # the StepLog's segment ends
     entries = sorted(zip(gaps.tolist(), counts.tolist(), classes.tolist()))
     assert entries == [(1.0, 1, 1), (1.0, 2, 0), (1.0, 2, 0), (2.0, 1, 1), (3.0, 5, 0), (4.0, 5, 0)]
 
 
 def test_step_log_expands_a_macro_segment():
     log = StepLog(block_size=4)
-    log.add(1.0, 1.0, 0, 2, 8, 10, 0, 0, 1.0, 1.0, 3, 12, 10, 0, 0)
+    log.add(1.0, 1.0, 0, 2, 8, 10, 0, 0, 1.0, 1.0, 3, 12, 10, 0, 0, 0)
     # 5 decode steps of 2 sequences; residues: one of them needs a block at steps 1 and 5, the
     # other at step 3
     log.add_segment([2.0, 3.0, 4.0, 5.0, 6.0], 1.0, replica=0, num_seqs=2, slots=8, used0=3,

@@ -33,6 +33,20 @@ class TableFormat(str, Enum):
     json = "json"
 
 
+# Options shared by the planning commands.
+PlotsOpt = Annotated[Optional[Path], typer.Option(help="write figures (PNG + SVG) into this directory")]
+WorkersOpt = Annotated[Optional[int], typer.Option(help="parallel simulations on this machine (default: one per core; 1: serial)")]
+DaskOpt = Annotated[Optional[str], typer.Option(help="run the simulations on this Dask scheduler (e.g. tcp://10.0.0.5:8786)")]
+SloOpt = Annotated[Optional[list[str]], typer.Option(
+    "--slo", help="objective, repeatable: ttft_p99_ms=2000, tpot_p99_ms=50 (ttft|tpot|itl|e2el x p50|p90|p99|mean), "
+    "or vLLM's goodput form 'ttft:2000 tpot:50'; default: the workload's slo: block")]
+ShareOpt = Annotated[float, typer.Option(help="goodput SLOs are met when at least this share of requests meets them all")]
+PriceOpt = Annotated[Optional[list[str]], typer.Option(
+    "--price-per-hour", help="US$ per GPU-hour: one price for all GPUs, or GPU=PRICE (repeatable); default: the profile's")]
+FormatOpt = Annotated[TableFormat, typer.Option("--format", help="table | markdown | csv | json")]
+OutOpt = Annotated[Optional[Path], typer.Option("--out", help="write the results (CSV + JSON) into this directory")]
+
+
 def _rich_table(title: str, columns: list[str], rows: list[list], caption: str | None = None) -> Table:
     t = Table(title=title, caption=caption, caption_justify="left")
     for c in columns:
@@ -59,30 +73,79 @@ def run(
     num_gpu_blocks: Annotated[Optional[int], typer.Option(help="override the computed KV capacity, in blocks")] = None,
     mode: Annotated[Optional[str], typer.Option(help="realistic | document | unit")] = None,
     horizon: Annotated[Optional[float], typer.Option(help="stop the clock at this many seconds")] = None,
+    replicas: Annotated[Optional[int], typer.Option(help="copies of the server behind a router")] = None,
+    router: Annotated[Optional[str], typer.Option(help="round_robin | least_outstanding | least_kv")] = None,
+    prefix_caching: Annotated[Optional[bool], typer.Option("--prefix-caching/--no-prefix-caching",
+                                                           help="reuse cached KV of shared prefixes")] = None,
+    preemption: Annotated[Optional[str], typer.Option(help="recompute | swap")] = None,
+    engine: Annotated[Optional[str], typer.Option(help="serving-engine profile: vllm, sglang, trt-llm, llama.cpp (see `capsim engines`)")] = None,
+    tp: Annotated[Optional[int], typer.Option(help="tensor-parallel GPUs per replica")] = None,
+    explain: Annotated[bool, typer.Option("--explain", help="also print the cost model's working for a typical step")] = False,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="write summary.json, requests.csv, steps.csv here")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print summary.json instead of the result block")] = False,
     step_by_step: Annotated[bool, typer.Option(help="no macro-steps (slower; same results)")] = False,
+    plots: PlotsOpt = None,
+    seeds: Annotated[Optional[int], typer.Option(help="repeat with N seeds (seed, seed+1, ...): mean ± 95% interval")] = None,
+    workers: WorkersOpt = None,
+    dask_scheduler: DaskOpt = None,
 ) -> None:
     """Simulate a workload on a GPU and print vLLM's benchmark result block plus capsim's lines."""
     from capsim.console import result_block
     from capsim.simulate import simulate
 
-    result = simulate(
-        workload, macro_steps=not step_by_step, gpu=gpu, model=model, weights=weights, kv_cache=kv_cache,
-        scheduler=scheduler, allocator=allocator, rate=rate, requests=requests, seed=seed, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens, num_gpu_blocks=num_gpu_blocks, mode=mode, horizon_s=horizon,
-    )
+    overrides = dict(gpu=gpu, model=model, weights=weights, kv_cache=kv_cache, scheduler=scheduler, allocator=allocator,
+                     rate=rate, requests=requests, seed=seed, max_num_seqs=max_num_seqs, mode=mode, horizon_s=horizon,
+                     max_num_batched_tokens=max_num_batched_tokens, num_gpu_blocks=num_gpu_blocks,
+                     replicas=replicas, router=router, prefix_caching=prefix_caching, preemption=preemption,
+                     engine=engine, tp=tp)
+    if seeds is not None:
+        return _run_seeds(workload, seeds, overrides, workers, dask_scheduler, out_dir, plots, as_json, step_by_step)
+    result = simulate(workload, macro_steps=not step_by_step, **overrides)
     if as_json:
         sys.stdout.write(result.summary_json())
     else:
         st = result.summary["setup"]
         out.print(f"[bold]{st['workload']}[/]: {st['model']} ({st['weights']} weights, {st['kv_cache']} KV) on "
-                  f"{st['gpu']}, {st['scheduler']} scheduler, {st['allocator']} KV cache, {st['mode']} cost model",
+                  f"{st['gpu']}{' x' + str(st['tp']) if st.get('tp', 1) > 1 else ''}, {st['scheduler']} scheduler, "
+                  f"{st['allocator']} KV cache, {st['mode']} cost model, engine {st.get('engine') or 'none'}",
                   highlight=False)
         print(result_block(result.summary))
+        print(result.setup.memory.log_line())
+    if explain:
+        from capsim.explain import explain_run
+
+        print(explain_run(result))
     if out_dir is not None:
         paths = result.write(out_dir)
         err.print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
+    _run_plots(result, plots)
+
+
+def _run_plots(result, plots: Path | None) -> None:
+    if plots is not None:
+        from capsim.report import plot_run
+        from capsim.slo import parse_objectives
+
+        lines = parse_objectives(None, workload_slo=result.setup.workload.slo).lines()
+        _wrote(plot_run(result.summary, result.requests, result.steps, plots, lines))
+
+
+def _run_seeds(workload, seeds, overrides, workers, dask_scheduler, out_dir, plots, as_json, step_by_step) -> None:
+    from capsim.confidence import run_seeds
+    from capsim.views import frame_json, rich, seeds_view
+
+    goodput = _goals(workload, None, 0.9).goodput_thresholds()  # the workload's slo: block, if any
+    with _progress(f"{seeds} seeds") as tick:
+        res = run_seeds(workload, seeds, workers=workers, dask_scheduler=dask_scheduler, progress=tick,
+                        goodput_ms=goodput, macro_steps=not step_by_step, **overrides)
+    if as_json:
+        sys.stdout.write(frame_json(res.table, {"seeds": res.runs["seed"].tolist()}))
+    else:
+        st = res.first.summary["setup"]
+        out.print(rich(f"{st['workload']}: {st['model']} on {st['gpu']}, {seeds} seeds", seeds_view(res.table)))
+    if out_dir is not None:
+        _wrote(res.first.write(out_dir) + res.write(out_dir))
+    _run_plots(res.first, plots)
 
 
 @app.command()
@@ -94,6 +157,8 @@ def tables(
     context: Annotated[Optional[int], typer.Option(help="add each sequence's KV reads at this context to the pass time")] = None,
     free_memory_gib: Annotated[Optional[float], typer.Option(help="memory left for the KV cache, GiB")] = None,
     fmt: Annotated[TableFormat, typer.Option("--format", help="table | markdown | csv | json")] = TableFormat.table,
+    plots: Annotated[Optional[Path], typer.Option(help="also draw the batch table as curves (PNG + SVG) here, "
+                                                       "with KV traffic at --context (default 8,192 tokens)")] = None,
 ) -> None:
     """Regenerate the source documents' tables (batch vs throughput, KV capacity, KV bytes per
     token, paged waste, slot utilisation). With no options they reproduce the documents."""
@@ -105,6 +170,12 @@ def tables(
         raise CapsimError(f"--free-memory-gib: must be positive (got {free_memory_gib}).")
     setup = TableSetup(gpu, model, weights, kv_cache, context, None if free_memory_gib is None else free_memory_gib * 2**30)
     result = all_tables(setup)
+    if plots is not None:
+        from capsim.curves import batch_curves
+        from capsim.report import save
+        from capsim.report_planning import batch_figure
+
+        _wrote(save(batch_figure(batch_curves(setup, context or 8192)), plots, "batch_curves"))
     if fmt is not TableFormat.table:
         sys.stdout.write(render(result, fmt.value))
         return
@@ -176,6 +247,252 @@ def schema() -> None:
     sys.stdout.write(json.dumps(WorkloadConfig.model_json_schema(), indent=2) + "\n")
 
 
+@app.command()
+def compare(
+    workload: Annotated[Path, typer.Argument(help="workload YAML")],
+    gpu: Annotated[Optional[list[str]], typer.Option(help="GPU (repeatable)")] = None,
+    kv_cache: Annotated[Optional[list[str]], typer.Option("--kv-cache", help="KV-cache format (repeatable)")] = None,
+    weights: Annotated[Optional[list[str]], typer.Option(help="weight format (repeatable)")] = None,
+    model: Annotated[Optional[list[str]], typer.Option(help="model (repeatable)")] = None,
+    scheduler: Annotated[Optional[list[str]], typer.Option(help="static | continuous | chunked (repeatable)")] = None,
+    allocator: Annotated[Optional[list[str]], typer.Option(help="paged | contiguous (repeatable)")] = None,
+    rate: Annotated[Optional[float], typer.Option(help="arrival rate, requests/s")] = None,
+    requests: Annotated[Optional[int], typer.Option(help="number of requests")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="random seed")] = None,
+    slo: SloOpt = None, goodput_share: ShareOpt = 0.9, price_per_hour: PriceOpt = None,
+    seeds: Annotated[int, typer.Option(help="repeat each combination with N seeds: mean ± 95% interval")] = 1,
+    workers: WorkersOpt = None, dask_scheduler: DaskOpt = None,
+    fmt: FormatOpt = TableFormat.table, out_dir: OutOpt = None, plots: PlotsOpt = None,
+) -> None:
+    """One row per combination of the repeated options: KV sequences that fit, throughput, TTFT
+    and TPOT p50/p99, KV utilisation, $ per 1M output tokens."""
+    from capsim.sweep import compare as run_compare
+    from capsim.views import compare_view, title
+
+    grid = {k: v for k, v in dict(gpu=gpu, model=model, weights=weights, kv_cache=kv_cache, scheduler=scheduler,
+                                  allocator=allocator).items() if v}
+    goals, prices = _goals(workload, slo, goodput_share), _prices(price_per_hour)
+    with _progress("compare") as tick:
+        res = run_compare(workload, seeds=seeds, objectives=goals, price=prices, workers=workers,
+                          dask_scheduler=dask_scheduler, progress=tick, rate=rate, requests=requests, seed=seed, **grid)
+    _emit(res.frame, title("Compare", res.frame), compare_view(res.frame, res.axes), fmt, {"axes": res.axes})
+    _save(res, out_dir, plots)
+
+
+@app.command()
+def sweep(
+    workload: Annotated[Path, typer.Argument(help="workload YAML")],
+    rate: Annotated[Optional[str], typer.Option(help="request rates START:STOP:STEP (e.g. 0.5:20:0.5), START:STOP:xF, or a,b,c")] = None,
+    users: Annotated[Optional[str], typer.Option(help="closed-loop users START:STOP (e.g. 1:64), START:STOP:x2, or a,b,c")] = None,
+    think_time: Annotated[Optional[float], typer.Option(help="users' think time between requests, s (with --users)")] = None,
+    gpu: Annotated[Optional[str], typer.Option(help="GPU")] = None,
+    kv_cache: Annotated[Optional[str], typer.Option("--kv-cache", help="KV-cache format")] = None,
+    weights: Annotated[Optional[str], typer.Option(help="weight format")] = None,
+    scheduler: Annotated[Optional[str], typer.Option(help="static | continuous | chunked")] = None,
+    requests: Annotated[Optional[int], typer.Option(help="number of requests per point")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="random seed")] = None,
+    slo: SloOpt = None, goodput_share: ShareOpt = 0.9, price_per_hour: PriceOpt = None,
+    seeds: Annotated[int, typer.Option(help="repeat each point with N seeds: mean ± 95% interval")] = 1,
+    workers: WorkersOpt = None, dask_scheduler: DaskOpt = None,
+    fmt: FormatOpt = TableFormat.table, out_dir: OutOpt = None, plots: PlotsOpt = None,
+) -> None:
+    """Latency against load: one simulation per request rate (or number of closed-loop users)."""
+    from capsim.sweep import parse_range, sweep as run_sweep
+    from capsim.views import sweep_view, title
+
+    if (rate is None) == (users is None):
+        raise CapsimError("sweep: give --rate START:STOP:STEP (e.g. --rate 0.5:20:0.5) or --users START:STOP "
+                          "(e.g. --users 1:64), one of the two.")
+    rates = None if rate is None else parse_range(rate, "--rate")
+    counts = None if users is None else parse_range(users, "--users", integer=True)
+    goals, prices = _goals(workload, slo, goodput_share), _prices(price_per_hour)
+    with _progress("sweep") as tick:
+        res = run_sweep(workload, rates=rates, users=counts, think_time_s=think_time, seeds=seeds, objectives=goals,
+                        price=prices, workers=workers, dask_scheduler=dask_scheduler, progress=tick, gpu=gpu,
+                        kv_cache=kv_cache, weights=weights, scheduler=scheduler, requests=requests, seed=seed)
+    _emit(res.frame, title("Sweep", res.frame), sweep_view(res.frame, res.over), fmt,
+          {"over": res.over, "objectives": goals.as_dict()})
+    _save(res, out_dir, plots or out_dir)
+
+
+@app.command()
+def capacity(
+    workload: Annotated[Path, typer.Argument(help="workload YAML")],
+    slo: SloOpt = None,
+    gpu: Annotated[Optional[list[str]], typer.Option(help="GPU (repeatable: one search each)")] = None,
+    kv_cache: Annotated[Optional[list[str]], typer.Option("--kv-cache", help="KV-cache format (repeatable)")] = None,
+    weights: Annotated[Optional[list[str]], typer.Option(help="weight format (repeatable)")] = None,
+    users: Annotated[bool, typer.Option("--users", help="search closed-loop users instead of the request rate")] = False,
+    think_time: Annotated[Optional[float], typer.Option(help="users' think time, s (with --users)")] = None,
+    start: Annotated[Optional[float], typer.Option(help="first load tried (default: the workload's rate or users)")] = None,
+    tolerance: Annotated[float, typer.Option(help="stop when the bracket is this tight (0.02 = 2%)")] = 0.02,
+    points_per_round: Annotated[int, typer.Option(help="simulations per search round (run in parallel)")] = 3,
+    target_rate: Annotated[Optional[float], typer.Option(help="how many replicas for this many requests/s")] = None,
+    requests: Annotated[Optional[int], typer.Option(help="number of requests per point")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="random seed")] = None,
+    goodput_share: ShareOpt = 0.9, price_per_hour: PriceOpt = None,
+    workers: WorkersOpt = None, dask_scheduler: DaskOpt = None,
+    fmt: FormatOpt = TableFormat.table, out_dir: OutOpt = None, plots: PlotsOpt = None,
+    show_points: Annotated[bool, typer.Option(help="also print every searched point")] = False,
+) -> None:
+    """The highest request rate (or users) meeting every SLO, by a bracketing search, with the
+    goodput and $ per 1M tokens there; --target-rate R: how many replicas for R requests/s."""
+    from capsim.capacity import capacity as run_capacity
+    from capsim.views import capacity_view, points_view, rich
+
+    grid = {k: v for k, v in dict(gpu=gpu, kv_cache=kv_cache, weights=weights).items() if v}
+    goals, prices = _goals(workload, slo, goodput_share), _prices(price_per_hour)
+    with _progress("capacity search") as tick:
+        res = run_capacity(workload, goals, users=users, start=start, tolerance=tolerance, points_per_round=points_per_round,
+                           target_rate=target_rate, think_time_s=think_time, price=prices, workers=workers,
+                           dask_scheduler=dask_scheduler, progress=tick, requests=requests, seed=seed, **grid)
+    axes = [k for k, v in grid.items() if len(v) > 1] or ["gpu"]
+    title = "Capacity under " + "; ".join(goals.describe())
+    _emit(res.frame, title, capacity_view(res.frame, res.over, axes), fmt, {"over": res.over, "objectives": goals.as_dict()})
+    if show_points and fmt is TableFormat.table:
+        out.print(rich("Searched points", points_view(res.points, res.over)))
+    _save(res, out_dir, plots)
+
+
+@app.command()
+def plot(
+    run_dir: Annotated[Path, typer.Argument(help="a directory written by run/sweep/compare/capacity --out")],
+    out_dir: Annotated[Optional[Path], typer.Option("--out", help="where to write the figures (default RUN_DIR/plots)")] = None,
+    slo: SloOpt = None,
+) -> None:
+    """Redraw the figures of a saved run (latency CDFs, KV memory, batch size, slot Gantt) or of a
+    saved sweep, compare or capacity search, from its CSV/JSON files alone."""
+    from capsim.report_planning import plot_saved
+    from capsim.slo import parse_objectives
+
+    _wrote(plot_saved(run_dir, out_dir, parse_objectives(slo)))
+
+
+def _goals(workload: Path, slo: list[str] | None, share: float):
+    from capsim.slo import objectives_for
+
+    return objectives_for(workload, slo, share)
+
+
+def _prices(texts: list[str] | None):
+    from capsim.costs import parse_prices
+
+    return parse_prices(texts)
+
+
+def _emit(frame, title: str, view, fmt: TableFormat, meta: dict) -> None:
+    from capsim.views import emit
+
+    emit(out, frame, title, view, fmt.value, meta)
+
+
+def _save(res, out_dir: Path | None, plots: Path | None) -> None:
+    if out_dir is not None:
+        _wrote(res.write(out_dir))
+    if plots is not None:
+        _wrote(res.plot(plots))
+
+
+def _wrote(paths: list[Path]) -> None:
+    err.print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
+
+
+def _progress(label: str):
+    from capsim.views import progress
+
+    return progress(err, label)
+
+
+def _dict_table(title: str, rows: list[dict]) -> Table:
+    """A Rich table of dict rows, columns in first-seen order across all rows."""
+    columns = list(dict.fromkeys(k for r in rows for k in r)) or ["(no rows)"]
+    return _rich_table(title, columns, [[r.get(c) for c in columns] for r in rows])
+
+
+@app.command()
+def calibrate(
+    device: Annotated[str, typer.Option(help="cpu | cuda")] = "cuda",
+    backend: Annotated[str, typer.Option(help="paged decode attention kernel: triton | flex | sdpa | flash")] = "triton",
+    out_dir: Annotated[Path, typer.Option("--out", help="where the profile and its raw data go")] = Path("calibration"),
+    quick: Annotated[bool, typer.Option(help="a smaller grid (a few minutes on a GPU)")] = False,
+    deadline_s: Annotated[Optional[float], typer.Option(help="stop measuring after this many seconds and fit what is there")] = None,
+    tiny: Annotated[bool, typer.Option(help="a seconds-long grid (smoke test)")] = False,
+    base_gpu: Annotated[Optional[str], typer.Option(help="catalogue GPU whose datasheet the profile starts from")] = None,
+    check_profile: Annotated[Optional[Path], typer.Option("--check", help="reprint a calibrated profile's held-out errors")] = None,
+) -> None:
+    """Time real paged-attention kernels and GEMMs on this machine, fit the cost model, and write
+    `<gpu>.calibrated.yaml` (use it with `capsim run --gpu FILE`). Needs `pip install '.\\[calibrate]'`."""
+    import capsim.harness as harness
+
+    if check_profile is not None:
+        report = harness.check(check_profile)
+        title = f"Held-out errors of {report.profile_path.name} (raw data hash {'matches' if report.sha256_matches else 'DIFFERS'})"
+        out.print(_dict_table(title, report.table_rows()))
+        return
+    if deadline_s is not None and deadline_s <= 0:
+        raise CapsimError(f"--deadline-s: must be positive (got {deadline_s}).")
+    from rich.progress import Progress
+
+    with Progress(console=err, transient=True) as bar:
+        task = bar.add_task("calibrating", total=None)
+
+        def progress(done: int, total: int, label: str) -> None:
+            bar.update(task, completed=done, total=total, description=label[:40])
+
+        result = harness.calibrate(device, backend, out_dir, quick=quick, deadline_s=deadline_s, tiny=tiny,
+                                   base_gpu=base_gpu, progress=progress)
+    out.print(_dict_table("Fit (MAPE %: train, 5-fold, leave-one-group-out)", result.table_rows()))
+    note = " (stopped at the deadline)" if result.stopped_at_deadline else ""
+    out.print(f"{result.points_measured} of {result.points_planned} points measured in {result.elapsed_s:.0f} s{note}; "
+              f"profile: {result.profile_path}; raw data: {result.raw_data_path}", highlight=False)
+    for name, why in result.skipped_backends.items():
+        err.print(f"skipped backend {name}: {why}", highlight=False)
+
+
+@app.command()
+def validate(
+    suite: Annotated[Optional[Path], typer.Option(help="folder of validation YAML files (default: ./validation or the checkout's)")] = None,
+    only: Annotated[Optional[list[str]], typer.Option(help="run only points whose id contains this (repeatable)")] = None,
+    group: Annotated[Optional[list[str]], typer.Option(help="decode | prefill | ttft | max_throughput | concurrency (repeatable)")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="parallel simulations (default: one per core)")] = None,
+    fmt: FormatOpt = TableFormat.table,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", help="write validation.csv and validation.json here")] = None,
+) -> None:
+    """Run the published measurements in validation/*.yaml through the simulator: measured vs
+    predicted per point, and MAPE per group (decode, prefill, TTFT, max throughput, concurrency)."""
+    from capsim.validate import render, run_suite, write
+
+    with _progress("validation points") as tick:
+        outcomes = run_suite(suite, only=only, groups=group, workers=workers, progress=tick)
+    if fmt is TableFormat.table:
+        from capsim.validate import GROUP_COLUMNS, POINT_COLUMNS, group_rows, point_rows
+
+        out.print(_rich_table("Validation points (error = predicted / measured - 1)", POINT_COLUMNS, point_rows(outcomes)))
+        out.print(_rich_table("MAPE per group", GROUP_COLUMNS, group_rows(outcomes)))
+    else:
+        sys.stdout.write(render(outcomes, fmt.value))
+    if out_dir is not None:
+        _wrote(write(outcomes, out_dir))
+
+
+@app.command()
+def engines(fmt: Annotated[TableFormat, typer.Option("--format", help="table | markdown | csv | json")] = TableFormat.table) -> None:
+    """List the serving-engine profiles: scheduling defaults, host overheads, kernel counts."""
+    from capsim.engines import engine_catalog
+
+    cat = engine_catalog()
+    if fmt is TableFormat.json:
+        sys.stdout.write(json.dumps({k: v.model_dump() for k, v in cat.items()}, indent=2) + "\n")
+        return
+    columns = ["name", "version", "scheduler", "max_num_seqs", "max_num_batched_tokens", "block_size",
+               "gpu_memory_utilization", "cuda_graphs", "kernels_per_layer", "step_ms", "seq_us"]
+    rows = [[e.name, e.version, e.scheduler.kind, e.scheduler.max_num_seqs,
+             e.scheduler.max_num_batched_tokens or "max(max_model_len, 2048)",
+             e.scheduler.block_size, e.gpu_memory_utilization, e.cuda_graphs, e.kernels_per_layer,
+             round(e.overhead.step_s * 1e3, 3), round(e.overhead.seq_s * 1e6, 1)] for e in cat.values()]
+    _print_rows("Serving-engine profiles (capsim/data/engines.yaml; sources: --format json)", columns, rows, fmt)
+
+
 def main() -> None:
     """Entry point: user errors print one paragraph and exit 2, never a traceback."""
     try:
@@ -186,14 +503,13 @@ def main() -> None:
     except typer.Abort:
         err.print("aborted")
         raise SystemExit(130) from None
-    except (typer.BadParameter, typer.Exit) as exc:
-        raise exc
     except SystemExit:
         raise
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
+    except Exception as exc:
+        # Usage errors (unknown option, bad value) from Typer's click layer: show its message.
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):
             exc.show()
             raise SystemExit(exc.exit_code) from None
+        if type(exc).__name__ == "Exit":
+            raise SystemExit(getattr(exc, "exit_code", 0)) from None
         raise

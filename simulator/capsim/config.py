@@ -31,13 +31,15 @@ class Frozen(BaseModel):
 # Hardware profiles
 # --------------------------------------------------------------------------------------------
 
-Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "int8", "fp4", "int4"]
+# fp16_acc16: the FP16-accumulate tensor rate, which GeForce cards run at twice their FP32-accumulate
+# rate (engines that use it, like llama.cpp's cuBLAS path, get the higher peak; elsewhere = fp16).
+Dtype = Literal["fp32", "tf32", "fp16", "fp16_acc16", "bf16", "fp8", "int8", "fp4", "int4"]
 
 
 class Efficiency(Frozen):
     """Shares of the datasheet peaks a real server reaches (realistic mode)."""
 
-    bandwidth: float = Field(0.8, gt=0, le=1, description="achieved / peak memory bandwidth")
+    bandwidth: float = Field(0.8, gt=0, le=1, description="achieved / peak memory bandwidth of weight reads")
     compute: float = Field(0.7, gt=0, le=1, description="achieved / peak dense tensor FLOPS, large GEMMs")
     compute_half_tokens: float = Field(
         0.0, ge=0, description="GEMM efficiency ramp: eff(M) = compute * M / (M + this); 0 = flat"
@@ -45,13 +47,25 @@ class Efficiency(Frozen):
     attention_bandwidth: float | None = Field(
         None, gt=0, le=1, description="bandwidth efficiency of paged-attention KV reads (default: bandwidth)"
     )
+    attention_compute: float | None = Field(
+        None, gt=0, le=1, description="achieved / peak fp16 FLOPS of prefill attention (default: compute)"
+    )
 
 
 class Overhead(Frozen):
-    """Fixed time per forward pass (scheduling, launch, sampling) and per layer (kernel launches)."""
+    """Fixed GPU-side times: per forward pass, per layer, per kernel and per decoding sequence.
+
+    `kernel_s` is the fixed cost of one kernel launched back to back (launch latency, ramp and
+    tail) and is multiplied by the serving engine's kernels per layer; `launch_gap_s` is what a
+    kernel adds when the engine does not replay CUDA graphs; `attention_seq_s` is the fixed cost
+    of one sequence and KV head in one layer's decode-attention kernel (its context-independent
+    part; it overlaps with streaming long contexts)."""
 
     step_s: float = Field(0.0, ge=0)
     layer_s: float = Field(0.0, ge=0)
+    kernel_s: float = Field(0.0, ge=0)
+    launch_gap_s: float = Field(0.0, ge=0)
+    attention_seq_s: float = Field(0.0, ge=0)
 
 
 class Interconnect(Frozen):
@@ -59,6 +73,8 @@ class Interconnect(Frozen):
     gpu_link_bytes_per_s: float | None = Field(
         None, gt=0, description="GPU-to-GPU link (NVLink, Infinity Fabric), one direction, per GPU"
     )
+    link_efficiency: float = Field(0.8, gt=0, le=1, description="achieved / peak link bandwidth in all-reduce")
+    allreduce_latency_s: float = Field(10e-6, ge=0, description="fixed time of one all-reduce (small messages)")
 
 
 class Calibration(Frozen):
@@ -82,6 +98,10 @@ class HardwareProfile(Frozen):
     aliases: list[str] = []
     vendor: Literal["nvidia", "amd", "intel", "apple", "other"] = "nvidia"
     memory_bytes: int = Field(gt=0)
+    memory_visible_bytes: int | None = Field(
+        None, gt=0, description="memory the CUDA runtime reports as total (vLLM's total_gpu_memory); "
+        "default: memory_bytes"
+    )
     memory_bandwidth_bytes_per_s: float = Field(gt=0)
     peak_flops: dict[Dtype, float] = Field(description="dense tensor peaks per dtype (fp32 = vector)")
     efficiency: Efficiency = Efficiency()
@@ -102,7 +122,7 @@ class HardwareProfile(Frozen):
 
     def peak_for(self, dtype: str) -> float:
         """Dense peak for a compute dtype; falls back to fp16 when the GPU lacks that unit."""
-        if dtype == "bf16" and "bf16" not in self.peak_flops:
+        if dtype in ("bf16", "fp16_acc16") and dtype not in self.peak_flops:
             dtype = "fp16"
         return self.peak_flops.get(dtype, self.peak_flops["fp16"])  # type: ignore[call-overload]
 

@@ -1,9 +1,14 @@
 """Roofline cost of one forward pass (DESIGN §3).
 
-A step is priced as two rooflines run back to back, plus fixed overheads:
-  GEMMs:     max(weight bytes / (eta_bw * BW),  matmul FLOPs / (eta_fl(T) * peak[dtype]))
-  attention: max(KV bytes / (eta_attn * BW),    attention FLOPs / (eta_fl * peak) + dequant work)
-The GEMM part depends only on the token count T; the attention part on the contexts.
+A step is priced as two rooflines run back to back, plus memory-bound elementwise kernels and
+fixed times:
+  GEMMs:       max(weight bytes / (eta_bw * BW),  matmul FLOPs / (eta_fl(T) * peak[dtype]))
+  attention:   max(KV (+ score) bytes / (eta_attn * BW),
+                   attention FLOPs / (eta_attn_fl * peak) + dequant work + per-sequence cost)
+  elementwise: activation bytes per token x T / (eta_bw * BW)
+  fixed:       host time per step and sequence + per-layer kernel times + TP all-reduces
+The GEMM, elementwise and fixed parts depend only on the token count T (and the sequence count);
+the attention part on the contexts.
 
 Decode-only steps (every running request computes one token) are priced by `decode_seconds`, a
 function of the batch size n and the summed contexts S (full attention) and Ss (sliding window)
@@ -12,6 +17,12 @@ for short ones, using the same float operations in the same order. That is what 
 macro-step of k steps and k single steps land on the same bits (tests/test_engine.py). Anything
 that refines decode pricing must stay a function of (n, S, Ss) built from + - * / and max/min,
 identical in both paths (tests/test_cost_model.py checks bit-identity).
+
+Realistic mode takes its efficiencies and fixed times from capsim.rates (GPU profile x serving
+engine profile). Tensor parallelism over `tp` GPUs divides weights, FLOPs and KV heads and adds two
+all-reduces per layer; every time and byte count here is per GPU. Decode-only fixed times depend
+on n only (host time, kernels, all-reduces, elementwise traffic, per-sequence attention cost)
+and are folded into the per-n coefficients.
 
 Modes: `realistic` (the default for `run`), `document` (the source note's simplified model:
 weights-only traffic, eta_bw = 1, eta_fl = 0.5, no overheads) and `unit` (every step takes
@@ -27,8 +38,10 @@ import numpy as np
 
 from capsim import architecture as arch
 from capsim.config import HardwareProfile, ModelSpec
+from capsim.engines import EngineProfile
 from capsim.formats import NumberFormat
 from capsim.plan import StepPlan
+from capsim.rates import realistic_rates
 
 Mode = Literal["realistic", "document", "unit"]
 _VECTOR_FROM = 16  # decode runs this long or longer are priced with numpy, shorter ones in a loop
@@ -69,7 +82,7 @@ class DecodeSteps:
 
 
 class CostModel:
-    """Prices StepPlans for one (model, GPU, weight format, KV format, mode)."""
+    """Prices StepPlans for one (model, GPU, weight format, KV format, mode, engine, TP degree)."""
 
     def __init__(
         self,
@@ -80,53 +93,77 @@ class CostModel:
         mode: Mode = "realistic",
         document: DocumentAssumptions | None = None,
         unit_step_s: float = 1.0,
+        engine: EngineProfile | None = None,
+        tp: int = 1,
     ) -> None:
         self.model, self.hardware, self.mode, self.unit_step_s = model, hardware, mode, unit_step_s
-        self.weights_format, self.kv_format = weights, kv_cache
-        params = arch.param_counts(model)
-        wb = weights.bytes_per_value
-        self.params = params
-        doc = document or DocumentAssumptions()
-        self.document = doc
+        self.weights_format, self.kv_format, self.engine, self.tp = weights, kv_cache, engine, tp
+        self.params = params = arch.param_counts(model)
+        self.document = doc = document or DocumentAssumptions()
         if mode == "document":
-            self.eta_bw = doc.bandwidth_efficiency
-            self.eta_attn_bw = doc.bandwidth_efficiency
-            self.eta_fl = doc.compute_efficiency
+            self.rates = None
+            self.eta_bw = self.eta_attn_bw = doc.bandwidth_efficiency
+            self.eta_fl = self.eta_attn_fl = doc.compute_efficiency
             self.half_tokens = 0.0
             self.bandwidth = doc.bandwidth_bytes_per_s or hardware.memory_bandwidth_bytes_per_s
-            self.peak = doc.peak_flops or hardware.peak_for(weights.compute_dtype)
-            self.overhead_s = 0.0
+            self.peak = self.attn_peak = doc.peak_flops or hardware.peak_for(weights.compute_dtype)
+            self.vector_peak = hardware.peak_flops.get("fp32", hardware.peak_flops["fp16"] / 4)
         else:
-            eff = hardware.efficiency
-            self.eta_bw, self.eta_fl, self.half_tokens = eff.bandwidth, eff.compute, eff.compute_half_tokens
-            self.eta_attn_bw = eff.attention_bandwidth or eff.bandwidth
-            self.bandwidth = hardware.memory_bandwidth_bytes_per_s
-            self.peak = hardware.peak_for(weights.compute_dtype)
-            self.overhead_s = hardware.overhead.step_s + hardware.overhead.layer_s * model.num_layers
-        self.attn_peak = hardware.peak_for("fp16") if mode != "document" else self.peak
-        self.vector_peak = hardware.peak_flops.get("fp32", hardware.peak_flops["fp16"] / 4)
-        # GEMM side
-        self.total_weight_bytes = doc.weight_bytes if doc.weight_bytes else params.total * wb
-        self.doc_flops_per_token = doc.flops_per_token or 2.0 * params.active
+            r = self.rates = realistic_rates(hardware, engine if mode == "realistic" else None, weights, tp)
+            self.eta_bw, self.eta_attn_bw, self.eta_fl = r.eta_weights_bw, r.eta_attn_bw, r.eta_gemm
+            self.eta_attn_fl, self.half_tokens, self.bandwidth = r.eta_attn_fl, r.half_tokens, r.bandwidth_bytes_per_s
+            self.peak, self.attn_peak, self.vector_peak = r.gemm_peak_flops, r.attn_peak_flops, r.vector_flops
+        self._gemm_setup(model, params, weights, doc, tp)
+        self._attention_setup(model, kv_cache, tp)
+        self._decode_cache: dict[int, tuple] = {}
+
+    def _gemm_setup(self, model, params, weights, doc, tp) -> None:
+        wb = weights.bytes_per_value
+        self.total_weight_bytes = doc.weight_bytes if doc.weight_bytes else params.total * wb / tp
+        self.doc_flops_per_token = doc.flops_per_token or 2.0 * params.active / tp
         head = params.lm_head or params.embedding
-        self.dense_weight_bytes = (params.attention + params.mlp_dense + params.mlp_shared + head) * wb
+        self.dense_weight_bytes = (params.attention + params.mlp_dense + params.mlp_shared + head) * wb / tp
         moe = model.moe
         self.moe_layers = (model.num_layers - moe.dense_layers) if moe else 0
-        self.expert_bytes = (params.mlp_experts / (self.moe_layers * moe.num_experts) * wb) if moe else 0.0
-        self.body_flops_per_token = 2.0 * params.body_active + arch.linear_attention_flops_per_token(model)
-        self.head_flops_per_logit = 2.0 * head
-        self.state_bytes_per_seq = 2.0 * arch.state_bytes_per_sequence(model)  # read + write
-        # Attention side
+        self.expert_bytes = (params.mlp_experts / (self.moe_layers * moe.num_experts) * wb / tp) if moe else 0.0
+        self.body_flops_per_token = (2.0 * params.body_active + arch.linear_attention_flops_per_token(model)) / tp
+        self.head_flops_per_logit = 2.0 * head / tp
+        self.state_bytes_per_seq = 2.0 * arch.state_bytes_per_sequence(model) / tp  # read + write
+
+    def _attention_setup(self, model, kv_cache, tp) -> None:
+        # KV heads split across TP ranks; with more ranks than KV heads each rank keeps a copy of
+        # one (MLA's single latent is replicated on every rank).
+        share = 1.0 if model.mla else max(1.0, model.num_kv_heads / tp) / model.num_kv_heads
         full_v, sliding_v = arch.kv_values_per_token(model)
         kvb = kv_cache.bytes_per_value
-        self.kv_full_bytes, self.kv_sliding_bytes = full_v * kvb, sliding_v * kvb
-        self.kv_values_full, self.kv_values_sliding = full_v, sliding_v
+        self.kv_values_full, self.kv_values_sliding = full_v * share, sliding_v * share
+        self.kv_full_bytes, self.kv_sliding_bytes = self.kv_values_full * kvb, self.kv_values_sliding * kvb
         self.window = model.sliding_window_tokens or 0
         counts = model.layer_counts
-        per_layer = arch.attention_flops_per_context_token(model)
+        self.attention_layers = counts.full + counts.sliding
+        per_layer = arch.attention_flops_per_context_token(model) / tp
         self.attn_flops_full, self.attn_flops_sliding = per_layer * counts.full, per_layer * counts.sliding
+        scores = (self.rates.score_bytes_per_pair if self.rates else 0.0) * model.num_heads / tp
+        self.score_bytes_full, self.score_bytes_sliding = scores * counts.full, scores * counts.sliding
         self.dequant_flops_per_value = kv_cache.dequant_flops_per_value
-        self._decode_cache: dict[int, tuple] = {}
+        seq_s = self.rates.attention_seq_s if self.rates is not None and self.mode == "realistic" else 0.0
+        kv_heads = 1.0 if model.mla else max(1.0, model.num_kv_heads / tp)
+        self.attention_seq_s = seq_s * kv_heads * self.attention_layers  # per sequence, all layers
+
+    # ---------------------------------------------------------------- fixed times
+
+    def fixed_seconds(self, num_tokens: int, num_seqs: int, decode_only: bool) -> tuple[float, float]:
+        """(overhead_s, allreduce_s) of a step: host time, per-layer and per-kernel GPU fixed
+        times; and the TP all-reduces. Zero in document mode."""
+        r = self.rates
+        if r is None:
+            return 0.0, 0.0
+        host = r.step_s + r.seq_s * num_seqs
+        if decode_only:
+            host = host / r.steps_per_schedule
+        layer = r.layer_graph_s if r.uses_graph(num_tokens, decode_only) else r.layer_eager_s
+        overhead = host + layer * self.model.num_layers
+        return overhead, r.allreduce_s(num_tokens, self.model.hidden_size, self.model.num_layers)
 
     # ---------------------------------------------------------------- GEMM part (depends on T only)
 
@@ -150,24 +187,45 @@ class CostModel:
         eta = self.eta_fl * num_tokens / (num_tokens + self.half_tokens)
         return flops / (eta * self.peak), byts / (self.eta_bw * self.bandwidth), flops, byts
 
+    def elementwise_part(self, num_tokens: int) -> tuple[float, float]:
+        """(seconds, bytes) of the memory-bound kernels between the GEMMs (norms, rope, activation
+        function, residual adds, dtype conversions; per the engine's profile), plus, for engines
+        that dequantise weight-only formats to fp16 before large GEMMs, writing and reading
+        that copy. Runs after the GEMMs, so it adds to the step time."""
+        r = self.rates
+        if r is None or self.mode != "realistic":
+            return 0.0, 0.0
+        m = self.model
+        width = m.moe.expert_intermediate_size * m.moe.experts_per_token if m.moe else m.intermediate_size
+        per_token = m.num_layers * (r.elementwise_hidden_bytes * m.hidden_size
+                                    + r.elementwise_intermediate_bytes * width / self.tp)
+        byts = per_token * num_tokens
+        if r.dequant_above_tokens is not None and num_tokens > r.dequant_above_tokens:
+            wb = self.weights_format.bytes_per_value
+            byts += self.dense_weight_bytes / wb * (2.0 + wb)
+        return byts / (self.eta_bw * self.bandwidth), byts
+
     # ---------------------------------------------------------------- attention part
 
-    def attention_part(self, ctx_full, ctx_sliding, pairs_full, pairs_sliding, num_tokens: int):
+    def attention_part(self, ctx_full, ctx_sliding, pairs_full, pairs_sliding, num_tokens: int, num_seqs=0):
         """(compute_s, memory_s, flops, bytes) of attention; inputs may be floats or numpy arrays.
 
         ctx_*: context positions read from the cache, summed over sequences; pairs_*: (new token,
         attended position) pairs, summed. Only + - * / and maximum are used, so arrays and scalars
-        round identically.
+        round identically. The kernels' fixed cost per sequence and layer sits on the compute
+        side: it overlaps with streaming a long context and shows with short ones.
         """
         if self.mode == "document":
             zero = ctx_full * 0.0
             return zero, zero, zero, zero
         read = self.kv_full_bytes * ctx_full + self.kv_sliding_bytes * ctx_sliding
+        read = read + (self.score_bytes_full * pairs_full + self.score_bytes_sliding * pairs_sliding)
         byts = read + (self.kv_full_bytes + self.kv_sliding_bytes) * num_tokens
         flops = self.attn_flops_full * pairs_full + self.attn_flops_sliding * pairs_sliding
         values_read = self.kv_values_full * ctx_full + self.kv_values_sliding * ctx_sliding
         dequant = self.dequant_flops_per_value * values_read
-        compute_s = flops / (self.eta_fl * self.attn_peak) + dequant / (self.eta_fl * self.vector_peak)
+        compute_s = flops / (self.eta_attn_fl * self.attn_peak) + dequant / (self.eta_attn_fl * self.vector_peak)
+        compute_s = compute_s + self.attention_seq_s * num_seqs
         return compute_s, byts / (self.eta_attn_bw * self.bandwidth), flops + dequant, byts
 
     # ---------------------------------------------------------------- whole steps
@@ -196,8 +254,17 @@ class CostModel:
                 logits += 1
         num_tokens = plan.num_tokens
         gc, gm, gf, gb = self.gemm_part(num_tokens, logits, plan.num_seqs)
-        ac, am, af, ab = self.attention_part(ctx_f, ctx_s, pairs_f, pairs_s, num_tokens)
-        return _combine(gc, gm, ac, am, gf + af, gb + ab, self.overhead_s)
+        ac, am, af, ab = self.attention_part(ctx_f, ctx_s, pairs_f, pairs_s, num_tokens, plan.num_seqs)
+        overhead, comm = self.fixed_seconds(num_tokens, plan.num_seqs, decode_only=num_tokens == plan.num_seqs)
+        es, eb = self.elementwise_part(num_tokens)
+        return _combine(gc, gm, ac, am, gf + af, gb + ab + eb, overhead + comm, es)
+
+    @staticmethod
+    def with_overhead(cost: StepCost, extra_s: float) -> StepCost:
+        """The same step held up by extra_s of other work (swap copies over PCIe)."""
+        overhead = cost.overhead_s + extra_s
+        bound = "overhead" if overhead > cost.compute_s and overhead > cost.memory_s else cost.bound
+        return StepCost(cost.seconds + extra_s, cost.compute_s, cost.memory_s, overhead, cost.flops, cost.bytes, bound)
 
     def decode_coefficients(self, n: int) -> tuple[float, float, float, float, float, float]:
         """(c1, c2, c0, m1, m2, m0): a step in which n sequences decode one token each and attend
@@ -213,15 +280,19 @@ class CostModel:
             coefs = (0.0, 0.0, self.unit_step_s, 0.0, 0.0, self.unit_step_s)
         else:
             gc, gm, _, _ = self.gemm_part(n, n, n)
-            base = max(gc, gm) + self.overhead_s
+            overhead, comm = self.fixed_seconds(n, n, decode_only=True)
+            base = max(gc, gm) + (overhead + comm) + self.elementwise_part(n)[0]
             if self.mode == "document":
                 coefs = (0.0, 0.0, base, 0.0, 0.0, base)
             else:
-                fl, vec, bw = self.eta_fl * self.attn_peak, self.eta_fl * self.vector_peak, self.eta_attn_bw * self.bandwidth
+                fl, bw = self.eta_attn_fl * self.attn_peak, self.eta_attn_bw * self.bandwidth
+                vec = self.eta_attn_fl * self.vector_peak
                 dq = self.dequant_flops_per_value
                 coefs = (self.attn_flops_full / fl + dq * self.kv_values_full / vec,
-                         self.attn_flops_sliding / fl + dq * self.kv_values_sliding / vec, base,
-                         self.kv_full_bytes / bw, self.kv_sliding_bytes / bw,
+                         self.attn_flops_sliding / fl + dq * self.kv_values_sliding / vec,
+                         base + self.attention_seq_s * n,
+                         (self.kv_full_bytes + self.score_bytes_full) / bw,
+                         (self.kv_sliding_bytes + self.score_bytes_sliding) / bw,
                          (self.kv_full_bytes + self.kv_sliding_bytes) * n / bw + base)
         self._decode_cache[n] = coefs
         return coefs
@@ -263,13 +334,15 @@ class CostModel:
         sizes, which = np.unique(n, return_inverse=True)
         gemm = np.array([self.gemm_part(int(m), int(m), int(m)) for m in sizes])
         gc, gm, gf, gb = gemm[which].T
-        ac, am, af, ab = self.attention_part(ctx_full, ctx_sliding, ctx_full, ctx_sliding, n)
+        ac, am, af, ab = self.attention_part(ctx_full, ctx_sliding, ctx_full, ctx_sliding, n, n)
+        elem = np.array([self.elementwise_part(int(m)) for m in sizes])
+        es, eb = elem[which].T
         compute_t = np.where(gc >= gm, gc, 0.0) + np.where(ac >= am, ac, 0.0)
-        memory_t = np.where(gm > gc, gm, 0.0) + np.where(am > ac, am, 0.0)
+        memory_t = np.where(gm > gc, gm, 0.0) + np.where(am > ac, am, 0.0) + es
         bound = np.where(compute_t >= memory_t, 0, 1).astype(np.int8)
-        over = self.overhead_s
+        over = np.array([sum(self.fixed_seconds(int(m), int(m), decode_only=True)) for m in sizes])[which]
         bound[(over > compute_t) & (over > memory_t)] = 2
-        return DecodeSteps(None, gf + af, gb + ab, bound)
+        return DecodeSteps(None, gf + af, gb + ab + eb, bound)
 
 
 def _capped_pairs(c0: int, n: int, window: int) -> int:
@@ -283,12 +356,12 @@ def _capped_pairs(c0: int, n: int, window: int) -> int:
     return below * c0 + below * (below + 1) // 2 + (n - below) * window
 
 
-def _combine(gc, gm, ac, am, flops, byts, overhead_s) -> StepCost:
-    seconds = max(gc, gm) + max(ac, am) + overhead_s
+def _combine(gc, gm, ac, am, flops, byts, overhead_s, elementwise_s=0.0) -> StepCost:
+    seconds = max(gc, gm) + max(ac, am) + elementwise_s + overhead_s
     compute_t = (gc if gc >= gm else 0.0) + (ac if ac >= am else 0.0)
-    memory_t = (gm if gm > gc else 0.0) + (am if am > ac else 0.0)
+    memory_t = (gm if gm > gc else 0.0) + (am if am > ac else 0.0) + elementwise_s
     if overhead_s > compute_t and overhead_s > memory_t:
         bound = "overhead"
     else:
         bound = "compute" if compute_t >= memory_t else "memory"
-    return StepCost(seconds, gc + ac, gm + am, overhead_s, flops, byts, bound)
+    return StepCost(seconds, gc + ac, gm + am + elementwise_s, overhead_s, flops, byts, bound)

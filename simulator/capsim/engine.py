@@ -13,15 +13,18 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections import deque
+from heapq import heappush
 from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
 from simpy.events import Event
 
+from capsim.arrivals import open_loop, user
 from capsim.cost_model import BOUNDS, CostModel
-from capsim.kv_cache import Allocator
+from capsim.kv_cache import Allocator, blocks_for
 from capsim.metrics import GapLog, RequestLog, StepLog
+from capsim.outcomes import Outcomes
 from capsim.plan import StepPlan
 from capsim.request import Request
 from capsim.running import RunningSet
@@ -31,22 +34,25 @@ from capsim.workload import ClosedLoopStream, OpenLoopStream
 _LATE = 2  # step ends fire after same-time arrivals (SimPy's NORMAL is 1)
 
 
-class _At(Event):
-    """An event at an exact absolute time. SimPy adds a delay to `now`; we pick the delay whose
-    sum lands exactly on `when`, so a macro-step ends on the same float as k single steps."""
+class _Environment(simpy.Environment):
+    """SimPy's environment, able to schedule at an absolute time.
 
-    def __init__(self, env: simpy.Environment, when: float, priority: int) -> None:
+    SimPy schedules at now + delay, and a float sum cannot reach every float: a macro-step
+    summed once and k steps summed one by one must end on the same bits, so step ends are
+    pushed at their absolute time. (This uses the queue layout of simpy.Environment.schedule,
+    unchanged since SimPy 3: (time, priority, event id, event).)"""
+
+    def schedule_at(self, event: Event, priority: int, when: float) -> None:
+        heappush(self._queue, (max(when, self._now), priority, next(self._eid), event))
+
+
+class _At(Event):
+    """An event at an exact absolute time."""
+
+    def __init__(self, env: _Environment, when: float, priority: int) -> None:
         super().__init__(env)
         self._ok, self._value = True, None  # as simpy.Timeout does
-        now = env.now
-        delay = when - now
-        if now + delay != when:
-            for _ in range(64):
-                total = now + delay
-                if total == when:
-                    break
-                delay = math.nextafter(delay, math.inf if total < when else -math.inf)
-        env.schedule(self, priority, delay if delay > 0.0 else 0.0)
+        env.schedule_at(self, priority, when)
 
 
 @dataclass
@@ -60,23 +66,44 @@ class Replica:
     stored_tokens: int = 0  # KV tokens held by requests (the computed tokens of the running ones)
     stale: dict = field(default_factory=dict)  # decoders skipped by the last step: id -> last token time
     wake: Event | None = None
+    swap: SwapSpace | None = None  # preemption by swapping to host memory (None: recompute)
+    swap_bytes_this_step: float = 0.0
+
+
+@dataclass
+class SwapSpace:
+    """Host memory a replica swaps preempted requests' KV into, over its PCIe link."""
+
+    capacity_bytes: float
+    bytes_per_block: float
+    link_bytes_per_s: float
+    used_bytes: float = 0.0
+    held: dict = field(default_factory=dict)  # request id -> bytes it has in host memory
+    total_bytes: float = 0.0  # swapped out + in over the run
 
 
 class Engine:
+    ROUTERS = ("round_robin", "least_outstanding", "least_kv")
+
     def __init__(self, replicas: list[Replica], stream: OpenLoopStream | ClosedLoopStream,
-                 horizon_s: float | None = None, macro_steps: bool = True) -> None:
-        self.env = simpy.Environment()
+                 horizon_s: float | None = None, macro_steps: bool = True, router: str = "round_robin") -> None:
+        self.env = _Environment()
         self.replicas, self.stream, self.horizon_s, self.macro_steps = replicas, stream, horizon_s, macro_steps
+        self.router = router
         self.requests = RequestLog(REJECT_REASONS, stream.class_names)
+        self.outcomes = Outcomes(self.requests)
         self.num_classes = len(stream.class_names)
         self.steps = StepLog(block_size=replicas[0].kv.block_size)
         self.gaps = GapLog()
         self.arrived = 0
+        self.next_index = 0  # open loop: index of the next arrival
+        self.prompt_tokens_admitted = 0  # prefix caching: prompt tokens looked up in the cache...
+        self.prefill_tokens_saved = 0  # ...and those found there
         self._arrivals_done = False
-        self._next_index = 0  # open loop: index of the next arrival
         self._pending_sends: dict[int, float] = {}  # closed loop: user -> send time
-        self._done_events: dict[int, Event] = {}
         self._rr = 0
+        self._sessions = 0
+        self._sample_ids = 1 << 40  # forked samples get ids no arrival has
         self.closed_loop = isinstance(stream, ClosedLoopStream)
 
     # ---------------------------------------------------------------- running
@@ -87,69 +114,75 @@ class Engine:
         if self.closed_loop:
             self._users_left = self.stream.users
             for u in range(self.stream.users):
-                env.process(self._user(u))
+                env.process(user(self, self.stream, u))
         else:
-            env.process(self._open_loop())
+            env.process(open_loop(self, self.stream))
         loops = [env.process(self._replica_loop(r)) for r in self.replicas]
         env.run(until=self.horizon_s if self.horizon_s is not None else simpy.AllOf(env, loops))
         for rep in self.replicas:
             for req in list(rep.running.decoders()) + list(rep.waiting):
-                self.requests.write(req, "unfinished")
+                self.outcomes.unfinished(req)
         return env.now
 
     def next_arrival_s(self) -> float:
         if self.closed_loop:
             return min(self._pending_sends.values(), default=math.inf)
         times = self.stream.arrival_s
-        return float(times[self._next_index]) if self._next_index < len(times) else math.inf
+        return float(times[self.next_index]) if self.next_index < len(times) else math.inf
 
-    # ---------------------------------------------------------------- arrivals
+    @property
+    def swapped_bytes(self) -> float:
+        return sum(r.swap.total_bytes for r in self.replicas if r.swap)
 
-    def _open_loop(self):
-        s = self.stream
-        times, prompts, outputs, classes = s.arrival_s, s.prompt_tokens, s.output_tokens, s.class_index
-        for i in range(len(times)):
-            t = float(times[i])
-            if t > self.env.now:
-                yield _At(self.env, t, 1)
-            self._next_index = i + 1
-            self._submit(Request(i, t, int(prompts[i]), int(outputs[i]), class_index=int(classes[i])))
-        self._arrivals_done = True
-        self._wake_all()
+    # ---------------------------------------------------------------- services for arrivals.py
 
-    def _user(self, user: int):
-        s, env = self.stream, self.env
-        first = True
-        while True:
-            if not first:
-                send_at = env.now + s.think()
-                self._pending_sends[user] = send_at
-                yield _At(env, send_at, 1)
-                del self._pending_sends[user]
-            first = False
-            out_of_time = s.duration_s is not None and env.now >= s.duration_s
-            if out_of_time or (s.max_requests is not None and self.arrived >= s.max_requests):
-                break
-            prompt, output, cls = s.lengths(self.arrived)
-            req = Request(self.arrived, env.now, prompt, output, user=user, class_index=cls)
-            done = self._done_events[req.id] = env.event()
-            self._submit(req)
-            yield done
-        self._users_left -= 1
-        if self._users_left == 0:
-            self._arrivals_done = True
-            self._wake_all()
+    def at(self, when: float, user: int | None = None) -> Event:
+        """An event at `when` (for arrivals and users: they fire before same-time step ends).
+        A user's pending send time is known to the macro-step logic until it fires."""
+        if user is None:
+            return _At(self.env, when, 1)
+        self._pending_sends[user] = when
+        event = _At(self.env, when, 1)
+        event.callbacks.append(lambda _: self._pending_sends.pop(user, None))
+        return event
 
-    def _submit(self, req: Request) -> None:
+    def event(self, rid: int) -> Event:
+        """An event that fires with the outcome of request `rid`."""
+        event = self.env.event()
+        self.outcomes.wait_for(rid, event)
+        return event
+
+    def new_session(self) -> int:
+        self._sessions += 1
+        return self._sessions
+
+    def submit(self, req: Request) -> None:
         self.arrived += 1
-        rep = self._route(req)
+        rep = self._route()
         req.replica = rep.index
         rep.waiting.append(req)
         if rep.wake is not None and not rep.wake.triggered:
             rep.wake.succeed()
 
-    def _route(self, req: Request) -> Replica:
-        rep = self.replicas[self._rr % len(self.replicas)]
+    def arrivals_finished(self) -> None:
+        self._arrivals_done = True
+        self._wake_all()
+
+    def user_finished(self) -> None:
+        self._users_left -= 1
+        if self._users_left == 0:
+            self.arrivals_finished()
+
+    def _route(self) -> Replica:
+        """The replica a new request goes to."""
+        replicas = self.replicas
+        if len(replicas) == 1:
+            return replicas[0]
+        if self.router == "least_outstanding":
+            return min(replicas, key=lambda r: (len(r.waiting) + len(r.running), r.index))
+        if self.router == "least_kv":
+            return min(replicas, key=lambda r: (r.kv.used_units / r.kv.num_blocks, len(r.waiting), r.index))
+        rep = replicas[self._rr % len(replicas)]
         self._rr += 1
         return rep
 
@@ -157,12 +190,6 @@ class Engine:
         for rep in self.replicas:
             if rep.wake is not None and not rep.wake.triggered:
                 rep.wake.succeed()
-
-    def _finish(self, req: Request, outcome: str, reason: str | None = None) -> None:
-        self.requests.write(req, outcome, reason)
-        done = self._done_events.pop(req.id, None)
-        if done is not None:
-            done.succeed()
 
     # ---------------------------------------------------------------- the step loop
 
@@ -201,20 +228,13 @@ class Engine:
         for _ in range(len(plan.admitted) + len(plan.rejected)):
             rep.waiting.popleft()
         for req, reason in plan.rejected:
-            self._finish(req, "rejected", reason)
+            self.outcomes.finish(req, "rejected", reason)
         if plan.preempted:
-            running.remove(plan.preempted)
-            for req in plan.preempted:
-                kv.release(req)
-                rep.stored_tokens -= req.computed_tokens
-                req.recomputed_tokens += req.computed_tokens
-                req.computed_tokens = 0
-                req.preemptions += 1
-            rep.waiting.extendleft(plan.preempted)  # newest-first list -> oldest at the front
-        for req in plan.admitted:
+            self._preempt(rep, plan.preempted)
+        for req, hits in zip(plan.admitted, plan.cached_blocks):
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = now
-            running.admit(req)
+            self._admit(rep, req, hits)
         explicit_decoders = [r for r in plan.scheduled if running.is_decoder(r)]
         for req in explicit_decoders:  # slow path: they advance one by one this step
             running.stop_decoding(req)
@@ -225,10 +245,53 @@ class Engine:
         for req, n in zip(plan.scheduled, plan.new_tokens):
             kv.allocate(req, req.computed_tokens + n)
 
+    def _preempt(self, rep: Replica, victims: list[Request]) -> None:
+        """Take victims off the GPU: swap their KV to host memory if there is room (they keep
+        their tokens), otherwise drop it (they recompute everything later)."""
+        rep.running.remove(victims)
+        swap = rep.swap
+        for req in victims:
+            size = blocks_for(req.computed_tokens, rep.kv.block_size) * swap.bytes_per_block if swap else 0.0
+            rep.kv.release(req)
+            rep.stored_tokens -= req.computed_tokens
+            req.preemptions += 1
+            if swap is not None and swap.used_bytes + size <= swap.capacity_bytes:
+                swap.held[req.id] = size
+                swap.used_bytes += size
+                swap.total_bytes += size
+                rep.swap_bytes_this_step += size
+            else:
+                req.recomputed_tokens += req.computed_tokens
+                req.computed_tokens = 0
+        rep.waiting.extendleft(victims)  # newest-first list -> oldest at the front
+
+    def _admit(self, rep: Replica, req: Request, hits: int) -> None:
+        """A waiting request joins: its KV comes back from host memory, or its cached prefix is
+        mapped in, before the step allocates the rest."""
+        kv = rep.kv
+        if rep.swap is not None and req.id in rep.swap.held:
+            size = rep.swap.held.pop(req.id)
+            rep.swap.used_bytes -= size
+            rep.swap.total_bytes += size
+            rep.swap_bytes_this_step += size
+            kv.restore(req)
+            rep.stored_tokens += req.computed_tokens
+        elif kv.caching and not req.computed_tokens:
+            self.prompt_tokens_admitted += req.known_tokens
+            if hits:
+                kv.use_hits(req, hits)
+                req.computed_tokens = hits * kv.block_size
+                rep.stored_tokens += req.computed_tokens
+                self.prefill_tokens_saved += req.computed_tokens
+        rep.running.admit(req)
+
     def _step(self, rep: Replica, plan: StepPlan):
         """One general forward pass (prefill, mixed, or decodes listed one by one)."""
         now, running, kv = self.env.now, rep.running, rep.kv
         cost = rep.cost.step_cost(plan, running)
+        if rep.swap_bytes_this_step:  # the copies over PCIe hold up this step
+            cost = rep.cost.with_overhead(cost, rep.swap_bytes_this_step / rep.swap.link_bytes_per_s)
+            rep.swap_bytes_this_step = 0.0
         if plan.num_decodes:
             kv.promise(kv.decode_need(running, 1))
         end = now + cost.seconds
@@ -242,12 +305,16 @@ class Engine:
             if not req.is_decoding:
                 prefill += n
             req.computed_tokens += n
+            if kv.caching:
+                kv.register(req)
             if req.computed_tokens == req.known_tokens:
                 emitting.append(req)
         rep.stored_tokens += plan.num_tokens
         self._emit(emitting, now, end)
         done = []
         for req in emitting:
+            if req.samples > 1 and req.generated_tokens == 1 and req.parent is None:
+                self._fork(rep, req)
             if req.finished:
                 done.append(req)
             else:
@@ -255,8 +322,25 @@ class Engine:
         done += running.finishing()
         self.steps.add(end, end - now, rep.index, plan.num_seqs, plan.slots, prefill, plan.num_tokens - prefill,
                        BOUNDS.index(cost.bound), cost.flops, cost.bytes, kv.used_units, kv.held_tokens,
-                       rep.stored_tokens, len(rep.waiting), len(plan.preempted))
+                       rep.stored_tokens - kv.shared_units * kv.block_size, len(rep.waiting), len(plan.preempted),
+                       kv.shared_units)
         self._release(rep, done, end)
+
+    def _fork(self, rep: Replica, parent: Request) -> None:
+        """Parallel sampling: the other n - 1 answers start from the parent's prompt, sharing its
+        blocks, each with its own first token sampled in this same step."""
+        self.outcomes.forked(parent, parent.samples)
+        for _ in range(parent.samples - 1):
+            self._sample_ids += 1
+            child = Request(self._sample_ids, parent.arrival_s, parent.prompt_tokens, parent.output_tokens,
+                            computed_tokens=parent.computed_tokens, generated_tokens=1,
+                            first_scheduled_s=parent.first_scheduled_s, first_token_s=parent.first_token_s,
+                            last_token_s=parent.last_token_s, user=parent.user, replica=parent.replica,
+                            class_index=parent.class_index, shared_prefix_tokens=parent.shared_prefix_tokens,
+                            session=parent.session, parent=parent.id)
+            rep.kv.fork(parent, child)
+            rep.stored_tokens += child.computed_tokens
+            rep.running.admit(child)  # decoding from here on (done at once if it wanted one token)
 
     def _decode(self, rep: Replica, plan: StepPlan):
         """k steps in which every running request decodes one token, in one wait (k = 1 when
@@ -281,11 +365,12 @@ class Engine:
         yield _At(env, end, _LATE)
         running.advance(k, end)
         self._decoder_gaps(rep, now, float(ends[0]))
-        self.gaps.add_segment(ends, tuple(running.class_counts))
+        self.gaps.add_segment(k, tuple(running.class_counts))
         rep.stored_tokens += n * k
         self.steps.add_segment(ends, now, replica=rep.index, num_seqs=n, slots=plan.slots, used0=used0,
-                               residues=residues, stored0=stored0, waiting=waiting, ctx_full0=ctx_full0,
-                               ctx_sliding0=ctx_sliding0, below_window=below)
+                               residues=residues, stored0=stored0 - kv.shared_units * kv.block_size, waiting=waiting,
+                               ctx_full0=ctx_full0, ctx_sliding0=ctx_sliding0, below_window=below,
+                               shared=kv.shared_units)
         self._release(rep, running.finishing(), end)
 
     def _waiting_during(self, rep: Replica, ends, k: int):
@@ -300,7 +385,7 @@ class Engine:
         if self.closed_loop:
             sends = np.sort(np.fromiter(self._pending_sends.values(), np.float64))
             return np.searchsorted(sends, ends, side="right")
-        return np.searchsorted(self.stream.arrival_s, ends, side="right") - self._next_index
+        return np.searchsorted(self.stream.arrival_s, ends, side="right") - self.next_index
 
     def _cap_steps(self, ends, plan: StepPlan) -> int:
         """How many of the planned steps may run: stop at the first step ending at or after the
@@ -359,4 +444,4 @@ class Engine:
             req.finish_s = end
             rep.kv.release(req)
             rep.stored_tokens -= req.computed_tokens
-            self._finish(req, "completed")
+            self.outcomes.finish(req, "completed")

@@ -5,7 +5,7 @@ engine changes state (`allocate`, `release`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import OrderedDict
 
 from capsim.request import Request
 
@@ -17,17 +17,26 @@ def blocks_for(tokens: int, block_size: int) -> int:
 class PagedAllocator:
     """vLLM-style paging: fixed-size blocks handed out on demand through per-request block tables.
 
-    A request holds blocks_for(computed tokens) blocks. Blocks are refcounted so sharing (forked
-    samples, prefix caching) can map one physical block into several tables. Decoding requests
-    grow in bulk: `promise(n)` takes n blocks from the free pool for them without naming them, and
-    a request's table is filled in with real block ids when it is next touched (`allocate`,
-    `release`, `fork`), so a macro-step of k decode steps costs O(1) here.
+    A running request holds blocks_for(computed tokens) blocks; a waiting one holds none. Blocks
+    are refcounted so one physical block can sit in several tables (forked samples share their
+    prompt; prefix caching shares identical prefixes). Decoding requests grow in bulk:
+    `promise(n)` takes n blocks from the free pool without naming them, and a request's table is
+    filled in with real block ids when it is next touched (`allocate`, `release`, `fork`), so a
+    macro-step of k decode steps costs O(1) here.
+
+    Prefix caching (vLLM's automatic prefix caching): every full block gets a key — the shared
+    system prompt of its class, its session's history, or its own request — and keyed blocks stay
+    cached after their last user lets go, as free-but-evictable, until the least recently used is
+    reclaimed. A new request maps the cached blocks of its leading full blocks instead of
+    computing them. Shared blocks are always full: a fork copies the partial last block, so
+    appends never touch a shared block (copy-on-write done eagerly, one step early).
     """
 
     kind = "paged"
 
-    def __init__(self, num_blocks: int, block_size: int = 16, watermark_blocks: int = 0) -> None:
+    def __init__(self, num_blocks: int, block_size: int = 16, watermark_blocks: int = 0, caching: bool = False) -> None:
         self.num_blocks, self.block_size, self.watermark_units = num_blocks, block_size, watermark_blocks
+        self.caching = caching
         # Free ids: returned ones (reused last-in first-out) plus the never-used range
         # [_fresh, num_blocks): construction is O(1) however many blocks a big GPU has.
         self._returned: list[int] = []
@@ -36,6 +45,10 @@ class PagedAllocator:
         self._refs: dict[int, int] = {}  # refcount of blocks mapped by more than one table
         self._sharing: set[int] = set()  # request ids whose tables hold shared blocks
         self.tables: dict[int, list[int]] = {}
+        self._cached: dict[tuple, int] = {}  # key -> block holding that prefix
+        self._key_of: dict[int, tuple] = {}
+        self._evictable: OrderedDict[int, None] = OrderedDict()  # cached, unreferenced, LRU first
+        self.shared_units = 0  # sum over blocks of (refcount - 1): memory sharing saves
 
     @property
     def capacity_tokens(self) -> int:
@@ -43,7 +56,8 @@ class PagedAllocator:
 
     @property
     def used_units(self) -> int:
-        return self._fresh - len(self._returned) + self._owed
+        """Blocks some request holds (cached-but-unreferenced blocks count as free)."""
+        return self._fresh - len(self._returned) - len(self._evictable) + self._owed
 
     @property
     def free_units(self) -> int:
@@ -59,20 +73,66 @@ class PagedAllocator:
         if n and self._returned:
             ids = self._returned[-n:][::-1]
             del self._returned[-len(ids):]
-        rest = n - len(ids)
-        if rest:
-            if self._fresh + rest > self.num_blocks:
-                raise RuntimeError("out of KV blocks: the scheduler over-committed (a capsim bug)")
+        rest = min(n - len(ids), self.num_blocks - self._fresh)
+        if rest > 0:
             ids += range(self._fresh, self._fresh + rest)
             self._fresh += rest
+        while len(ids) < n:  # evict the least recently used cached prefix
+            if not self._evictable:
+                raise RuntimeError("out of KV blocks: the scheduler over-committed (a capsim bug)")
+            block, _ = self._evictable.popitem(last=False)
+            del self._cached[self._key_of.pop(block)]
+            ids.append(block)
         return ids
 
     def units_for_request(self, req: Request) -> int:
-        """Blocks a request needs to run to completion (its last token's KV is never stored)."""
-        return blocks_for(req.max_tokens - 1, self.block_size)
+        """Blocks a request needs to run to completion (its last token's KV is never stored);
+        parallel samples share the prompt's full blocks."""
+        alone = blocks_for(req.max_tokens - 1, self.block_size)
+        return alone + (req.samples - 1) * (alone - req.prompt_tokens // self.block_size)
+
+    def fork_units(self, req: Request, tokens_after: int) -> int:
+        """Blocks the samples' copies of the partial last prompt block take when this step
+        completes a multi-sample request's prompt."""
+        if req.samples > 1 and req.parent is None and not req.generated_tokens and tokens_after == req.known_tokens:
+            return (req.samples - 1) * (1 if tokens_after % self.block_size else 0)
+        return 0
+
+    def restore(self, req: Request) -> None:
+        """A swapped-out request's KV comes back: fresh blocks for all its computed tokens."""
+        self.tables[req.id] = self._take(blocks_for(req.computed_tokens, self.block_size))
 
     def units_needed(self, req: Request, tokens_after: int) -> int:
+        """More blocks a running request needs to hold tokens_after tokens."""
         return max(0, blocks_for(tokens_after, self.block_size) - blocks_for(req.computed_tokens, self.block_size))
+
+    def admission_units(self, req: Request, tokens_after: int, hit_blocks: int = 0, revived: int = 0) -> int:
+        """Free blocks a waiting request (which holds none) takes to hold tokens_after tokens, the
+        first hit_blocks of them found in the prefix cache (`revived` of those were evictable)."""
+        return blocks_for(tokens_after, self.block_size) - hit_blocks + revived
+
+    def prefix_hits(self, req: Request) -> tuple[int, int]:
+        """(leading prompt blocks found in the cache, how many of them are evictable). At least
+        one prompt token is always left to compute, as vLLM does."""
+        if not self.caching:
+            return 0, 0
+        hits = revived = 0
+        limit = (req.known_tokens - 1) // self.block_size
+        while hits < limit:
+            block = self._cached.get(self.block_key(req, hits))
+            if block is None:
+                break
+            revived += block in self._evictable
+            hits += 1
+        return hits, revived
+
+    def block_key(self, req: Request, index: int) -> tuple:
+        """Identity of the tokens of a request's full block `index` (the prefix hash, abstractly)."""
+        if (index + 1) * self.block_size <= req.shared_prefix_tokens:
+            return ("prefix", req.class_index, index)
+        if req.session is not None:
+            return ("session", req.session, index)
+        return ("request", req.id, index)
 
     def units_held(self, req: Request) -> int:
         """Blocks that return to the free pool if this request lets go of its table."""
@@ -99,6 +159,19 @@ class PagedAllocator:
             self._owed -= owed
             table += self._take(owed)
 
+    def use_hits(self, req: Request, hit_blocks: int) -> None:
+        """Map a waiting request's cached leading blocks into its (new) table."""
+        table = self.tables.setdefault(req.id, [])
+        for index in range(hit_blocks):
+            block = self._cached[self.block_key(req, index)]
+            if block in self._evictable:
+                del self._evictable[block]
+            else:
+                self._refs[block] = self._refs.get(block, 1) + 1
+                self.shared_units += 1
+                self._sharing.add(req.id)
+            table.append(block)
+
     def allocate(self, req: Request, tokens_after: int) -> None:
         """Make the request's table hold tokens_after tokens (at the start of the step computing
         them). The request already holds the blocks of its computed tokens (named or promised)."""
@@ -108,30 +181,57 @@ class PagedAllocator:
         if extra > 0:
             table += self._take(extra)
 
+    def register(self, req: Request, upto_tokens: int | None = None) -> None:
+        """Enter the request's full blocks (below upto_tokens) into the prefix cache."""
+        if not self.caching:
+            return
+        table = self.tables.get(req.id, [])
+        self._fill(req, table)
+        full = min(len(table), (req.computed_tokens if upto_tokens is None else upto_tokens) // self.block_size)
+        for index in range(full):
+            block = table[index]
+            if block in self._key_of:
+                continue
+            key = self.block_key(req, index)
+            if key not in self._cached:
+                self._cached[key] = block
+                self._key_of[block] = key
+
     def release(self, req: Request) -> None:
+        """Let go of the request's blocks: unshared ones return to the pool, cached ones become
+        evictable, shared ones lose one reference."""
+        if self.caching:
+            self.register(req)
         table = self.tables.pop(req.id, [])
         self._owed -= blocks_for(req.computed_tokens, self.block_size) - len(table)
-        if req.id not in self._sharing:
+        if req.id not in self._sharing and not self._key_of:
             self._returned += table[::-1]
             return
         self._sharing.discard(req.id)
         for block in reversed(table):
             count = self._refs.get(block)
-            if count is None:
-                self._returned.append(block)
-            elif count == 2:
-                del self._refs[block]
+            if count is not None:
+                self.shared_units -= 1
+                if count == 2:
+                    del self._refs[block]
+                else:
+                    self._refs[block] = count - 1
+            elif block in self._key_of:
+                self._evictable[block] = None
             else:
-                self._refs[block] = count - 1
+                self._returned.append(block)
 
     def fork(self, parent: Request, child: Request) -> None:
-        """Map all of the parent's blocks into the child's table (parallel sampling, shared prefix)."""
+        """The child (a parallel sample) shares the parent's full blocks and gets its own copy of
+        the partial last one (copy-on-write, done at once)."""
         table = self.tables.setdefault(parent.id, [])
         self._fill(parent, table)
-        for block in table:
+        full = parent.computed_tokens // self.block_size
+        for block in table[:full]:
             self._refs[block] = self._refs.get(block, 1) + 1
-        self.tables[child.id] = list(table)
-        if table:
+            self.shared_units += 1
+        self.tables[child.id] = table[:full] + self._take(len(table) - full)
+        if full:
             self._sharing.update((parent.id, child.id))
 
     def refcount(self, block: int) -> int:
@@ -140,17 +240,22 @@ class PagedAllocator:
         return 1 if any(block in t for t in self.tables.values()) else 0
 
     def check(self) -> None:
-        """Invariant check for tests: refcounts match the tables, free and used never overlap."""
+        """Invariant check for tests: refcounts match the tables, free and used never overlap,
+        every block is free, cached-evictable, promised or in a table."""
         counts: dict[int, int] = {}
         for table in self.tables.values():
             for block in table:
                 counts[block] = counts.get(block, 0) + 1
         free = set(self._returned) | set(range(self._fresh, self.num_blocks))
+        evictable = set(self._evictable)
         assert len(set(self._returned)) == len(self._returned), "a block is on the free list twice"
         assert all(b < self._fresh for b in self._returned), "a never-used block was returned"
         assert not (free & set(counts)), "a block is both free and in a table"
-        assert len(counts) + self._owed + len(free) == self.num_blocks, "a block is lost"
+        assert not (evictable & set(counts)) and not (evictable & free), "an evictable block is also used or free"
+        assert len(counts) + self._owed + len(free) + len(evictable) == self.num_blocks, "a block is lost"
         assert self._owed >= 0, "more blocks named than promised"
+        assert all(self._cached[k] == b for b, k in self._key_of.items()), "cache index out of step"
+        assert self.shared_units == sum(c - 1 for c in counts.values()), "shared count out of step"
         for block, count in counts.items():
             assert (count > 1) == (block in self._refs), f"block {block}: shared flag wrong"
             assert count == self._refs.get(block, 1), f"block {block}: refcount mismatch"
@@ -173,6 +278,8 @@ class ContiguousAllocator:
         self.watermark_units = 0
         self.reserved: dict[int, int] = {}
         self._used = 0
+        self.caching = False
+        self.shared_units = 0
 
     @property
     def capacity_tokens(self) -> int:
@@ -206,6 +313,24 @@ class ContiguousAllocator:
     def units_needed(self, req: Request, tokens_after: int) -> int:
         return 0 if req.id in self.reserved else self.reservation(req)
 
+    def admission_units(self, req: Request, tokens_after: int, hit_blocks: int = 0, revived: int = 0) -> int:
+        return self.reservation(req)
+
+    def fork_units(self, req: Request, tokens_after: int) -> int:
+        return 0
+
+    def restore(self, req: Request) -> None:
+        self.allocate(req, req.computed_tokens)
+
+    def prefix_hits(self, req: Request) -> tuple[int, int]:
+        return 0, 0  # no prefix caching without blocks
+
+    def use_hits(self, req: Request, hit_blocks: int) -> None:
+        pass
+
+    def register(self, req: Request, upto_tokens: int | None = None) -> None:
+        pass
+
     def decode_need(self, running, k: int) -> int:
         return 0  # everything was reserved at admission
 
@@ -230,59 +355,3 @@ class ContiguousAllocator:
 
 
 Allocator = PagedAllocator | ContiguousAllocator
-
-
-GiB = 2**30
-
-
-@dataclass(frozen=True)
-class MemoryBudget:
-    """How the GPU's memory is split, the way vLLM sizes its KV cache (DESIGN §3)."""
-
-    total_bytes: float
-    usable_bytes: float  # total x gpu_memory_utilization
-    weight_bytes: float
-    activation_bytes: float  # peak activations of a max-size step
-    reserve_bytes: float  # CUDA context, graphs, allocator slack
-    state_bytes: float  # recurrent state of hybrid models, for max_num_seqs sequences
-    kv_bytes: float
-    bytes_per_block: float
-    num_blocks: int
-    block_size: int
-    overridden: bool  # num_blocks came from the workload / command line
-
-    @property
-    def kv_tokens(self) -> int:
-        return self.num_blocks * self.block_size
-
-
-def activation_peak_bytes(model, num_tokens: int, num_seqs: int) -> float:
-    """Peak activation memory of a forward pass over num_tokens tokens (fp16 activations):
-    the widest MLP intermediate (gate + up) and a few hidden-size buffers per token, plus fp32
-    logits for the sequences that sample."""
-    width = model.intermediate_size
-    if model.moe:
-        width = max(model.moe.expert_intermediate_size * model.moe.experts_per_token,
-                    model.intermediate_size if model.moe.dense_layers else 0)
-    per_token = 2 * (2 * width + 4 * model.hidden_size)
-    return float(num_tokens * per_token + num_seqs * model.vocab_size * 4)
-
-
-def memory_budget(model, hardware, weights_fmt, kv_fmt, *, block_size: int, gpu_memory_utilization: float,
-                  max_num_batched_tokens: int, max_num_seqs: int, realistic: bool = True,
-                  num_gpu_blocks: int | None = None, reserve_bytes: float = 0.5 * GiB) -> MemoryBudget:
-    from capsim import architecture as arch
-
-    weight_bytes = arch.param_counts(model).total * weights_fmt.bytes_per_value
-    total = float(hardware.memory_bytes)
-    usable = total * gpu_memory_utilization
-    activation = activation_peak_bytes(model, max_num_batched_tokens, max_num_seqs) if realistic else 0.0
-    reserve = reserve_bytes if realistic else 0.0
-    state = arch.state_bytes_per_sequence(model) * max_num_seqs
-    kv = usable - weight_bytes - activation - reserve - state
-    per_block = block_size * arch.kv_bytes_per_token(model, kv_fmt.bytes_per_value)
-    blocks = int(kv // per_block) if kv > 0 else 0
-    if num_gpu_blocks is not None:
-        blocks, kv = num_gpu_blocks, num_gpu_blocks * per_block
-    return MemoryBudget(total, usable, weight_bytes, activation, reserve, state, kv, per_block, blocks,
-                        block_size, num_gpu_blocks is not None)

@@ -46,15 +46,15 @@ class StepLog:
 
     COLUMNS = ("end_s", "duration_s", "replica", "num_seqs", "slots", "prefill_tokens", "decode_tokens",
                "bound", "flops", "bytes", "kv_used_units", "kv_held_tokens", "kv_stored_tokens", "waiting",
-               "preempted")
+               "preempted", "kv_shared_units")
     DTYPES = (np.float64, np.float64, np.int16, np.int32, np.int32, np.int32, np.int32, np.int8, np.float64,
-              np.float64, np.int32, np.int64, np.int64, np.int32, np.int16)
+              np.float64, np.int32, np.int64, np.int64, np.int32, np.int16, np.int32)
 
     def __init__(self, block_size: int = 1) -> None:
         self.block_size = block_size  # 1: contiguous (units are tokens, nothing grows in a segment)
         self.rows = 0
         self._single = _Rows(len(self.COLUMNS))
-        self._segments = _Rows(11)
+        self._segments = _Rows(12)
         self._ends = array("d")  # every segment's step end times, flat
         self._residues = _Rows(block_size)
         self._no_residues = (0,) * block_size
@@ -63,6 +63,10 @@ class StepLog:
     def __len__(self) -> int:
         return self.rows
 
+    @property
+    def segment_ends(self) -> np.ndarray:
+        return np.frombuffer(self._ends, dtype=np.float64)
+
     def add(self, *values) -> None:
         """One step, the values in COLUMNS order."""
         self._single.add(values)
@@ -70,18 +74,21 @@ class StepLog:
 
     def add_segment(self, ends, start_s: float, *, replica: int, num_seqs: int, slots: int, used0: int,
                     residues: tuple[int, ...] | None, stored0: int, waiting, ctx_full0: int,
-                    ctx_sliding0: int, below_window: int) -> None:
+                    ctx_sliding0: int, below_window: int, shared: int = 0) -> None:
         """len(ends) decode steps of num_seqs sequences from start_s. Step j (1..k) attends
         ctx_full0 + num_seqs*j positions (ctx_sliding0 + below_window*j in sliding layers),
         holds used0 + the blocks `residues` add over j steps and stored0 + num_seqs*j tokens;
         `waiting` is the queue length (a number, or one per step)."""
         k = len(ends)
-        self._ends.extend(ends)
+        if isinstance(ends, np.ndarray):
+            self._ends.frombytes(ends.astype(np.float64, copy=False).tobytes())
+        else:
+            self._ends.extend(ends)
         if not isinstance(waiting, int):
             self._waiting_steps[len(self._segments)] = waiting
             waiting = 0
         self._segments.add((k, start_s, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0, ctx_sliding0,
-                            below_window))
+                            below_window, shared))
         self._residues.add(residues or self._no_residues)
         self.rows += k
 
@@ -126,6 +133,7 @@ class StepLog:
             "prefill_tokens": zeros, "decode_tokens": n, "bound": detail.bound, "flops": detail.flops,
             "bytes": detail.bytes, "kv_used_units": used, "kv_held_tokens": used * self.block_size,
             "kv_stored_tokens": per_step(6) + n * j, "waiting": waiting, "preempted": zeros,
+            "kv_shared_units": per_step(11),
         }
 
     def _growth(self, which: np.ndarray, j: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -144,7 +152,7 @@ class RequestLog:
 
     FIELDS = ("id", "arrival_s", "prompt_tokens", "output_tokens", "outcome", "reject_reason",
               "first_scheduled_s", "first_token_s", "finish_s", "generated_tokens", "preemptions",
-              "recomputed_tokens", "replica", "user", "class_index")
+              "recomputed_tokens", "replica", "user", "class_index", "samples")
 
     def __init__(self, reject_reasons: tuple[str, ...], class_names: tuple[str, ...] = ("all",)) -> None:
         self.reject_reasons, self.class_names = reject_reasons, class_names
@@ -160,7 +168,8 @@ class RequestLog:
                         NAN if req.first_scheduled_s is None else req.first_scheduled_s,
                         NAN if req.first_token_s is None else req.first_token_s,
                         NAN if req.finish_s is None else req.finish_s, req.generated_tokens, req.preemptions,
-                        req.recomputed_tokens, req.replica, -1 if req.user is None else req.user, req.class_index))
+                        req.recomputed_tokens, req.replica, -1 if req.user is None else req.user, req.class_index,
+                        req.samples))
 
     def frame(self) -> pd.DataFrame:
         rows = self._rows.matrix()
@@ -178,6 +187,7 @@ class RequestLog:
             "first_scheduled_s": col["first_scheduled_s"], "first_token_s": col["first_token_s"],
             "finish_s": col["finish_s"],
             "generated_tokens": col["generated_tokens"].astype(np.int32),
+            "samples": col["samples"].astype(np.int32),
             "preemptions": col["preemptions"].astype(np.int32),
             "recomputed_tokens": col["recomputed_tokens"].astype(np.int64),
             "replica": col["replica"].astype(np.int16),
@@ -200,38 +210,35 @@ class GapLog:
 
     def __init__(self) -> None:
         self._single = _Rows(3)
-        self._ends = array("d")  # every segment's step end times, flat
-        self._lengths = array("q")
+        self._lengths = array("q")  # steps of each decode segment; their end times are the StepLog's
         self._counts: _Rows | None = None
 
     def add(self, gap_s: float, count: int = 1, cls: int = 0) -> None:
         if count:
             self._single.add((gap_s, count, cls))
 
-    def add_segment(self, ends, counts: tuple[int, ...]) -> None:
-        """Gaps between consecutive `ends`, each shared by counts[c] sequences of class c."""
-        if len(ends) > 1:
-            self._ends.extend(ends)
-            self._lengths.append(len(ends))
-            if self._counts is None:
-                self._counts = _Rows(len(counts))
-            self._counts.add(counts)
+    def add_segment(self, k: int, counts: tuple[int, ...]) -> None:
+        """The gaps between the ends of a k-step decode segment (recorded in the StepLog, in the
+        same order), each shared by counts[c] sequences of class c."""
+        self._lengths.append(k)
+        if self._counts is None:
+            self._counts = _Rows(len(counts))
+        self._counts.add(counts)
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(gaps_s, counts, classes)."""
+    def arrays(self, segment_ends: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(gaps_s, counts, classes); segment_ends: the StepLog's flat segment end times."""
         parts = []
         if len(self._single):
             m = self._single.matrix()
             parts.append((m[:, 0].copy(), m[:, 1].astype(np.int64), m[:, 2].astype(np.int16)))
         if len(self._lengths):
-            parts += self._expand()
+            parts += self._expand(segment_ends)
         if not parts:
             return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int16)
         return tuple(np.concatenate(p) for p in zip(*parts))
 
-    def _expand(self) -> list[tuple]:
+    def _expand(self, ends: np.ndarray) -> list[tuple]:
         ks = np.frombuffer(self._lengths, dtype=np.int64)
-        ends = np.frombuffer(self._ends, dtype=np.float64)
         keep = np.ones(len(ends) - 1, dtype=bool)
         keep[(np.cumsum(ks) - 1)[:-1]] = False  # the jump from one segment to the next is no gap
         gaps = np.diff(ends)[keep]
@@ -282,7 +289,7 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, gaps: tuple[np.ndarra
     done = requests[requests["outcome"] == "completed"]
     outcome_counts = requests["outcome"].value_counts()
     duration = duration_s if duration_s > 0 else float("nan")
-    out_tokens = int(done["generated_tokens"].sum())
+    out_tokens = int((done["generated_tokens"] * done["samples"]).sum())
     in_tokens = int(done["prompt_tokens"].sum())
     s: dict = {
         "completed": int(len(done)),

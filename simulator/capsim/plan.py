@@ -23,6 +23,7 @@ class StepPlan:
     num_decodes: int = 0  # how many requests decode_all covers
     new_tokens: list[int] = field(default_factory=list)
     admitted: list[Request] = field(default_factory=list)
+    cached_blocks: list[int] = field(default_factory=list)  # per admitted request: prefix-cache hits
     preempted: list[Request] = field(default_factory=list)
     rejected: list[tuple[Request, str]] = field(default_factory=list)
     repeat_steps: int = 1

@@ -27,6 +27,10 @@ class Request:
     user: int | None = None  # closed-loop user that sent it
     replica: int = 0
     class_index: int = 0  # which of the workload's request classes it was drawn from
+    shared_prefix_tokens: int = 0  # leading prompt tokens identical across its class (a system prompt)
+    session: int | None = None  # multi-turn session whose history its prompt resends
+    samples: int = 1  # parallel samples (n): the prompt is prefilled once and n answers decode
+    parent: int | None = None  # for a sample forked off another request: that request's id
 
     @property
     def known_tokens(self) -> int:

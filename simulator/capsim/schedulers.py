@@ -60,7 +60,7 @@ class Scheduler:
                 tokens = min(req.pending_tokens, budget)
                 if tokens <= 0:
                     continue
-                need = kv.units_needed(req, req.computed_tokens + tokens)
+                need = kv.units_needed(req, req.computed_tokens + tokens) + kv.fork_units(req, req.computed_tokens + tokens)
                 if need > free:  # memory runs out: redo the step the slow way, with preemption
                     plan.decode_all, plan.num_decodes = False, 0
                     del plan.scheduled[:], plan.new_tokens[:]
@@ -84,7 +84,7 @@ class Scheduler:
             if n <= 0:
                 i += 1
                 continue
-            need = kv.units_needed(req, req.computed_tokens + n)
+            need = kv.units_needed(req, req.computed_tokens + n) + kv.fork_units(req, req.computed_tokens + n)
             while need > free and len(queue) > i + 1:
                 victim = queue.pop()
                 plan.preempted.append(victim)
@@ -112,13 +112,17 @@ class Scheduler:
                 continue
             if seqs >= self.max_num_seqs:
                 return False
-            n = req.pending_tokens if whole_prompt else min(req.pending_tokens, budget)
+            hits, revived = kv.prefix_hits(req) if not req.computed_tokens else (0, 0)
+            start = max(req.computed_tokens, hits * kv.block_size)
+            pending = req.known_tokens - start
+            n = pending if whole_prompt else min(pending, budget)
             if n <= 0 or n > budget:
                 return False
-            need = kv.units_needed(req, req.computed_tokens + n)
+            need = kv.admission_units(req, start + n, hits, revived) + kv.fork_units(req, start + n)
             if free - need < kv.watermark_units:
                 return False
             plan.admitted.append(req)
+            plan.cached_blocks.append(hits)
             plan.scheduled.append(req)
             plan.new_tokens.append(n)
             free -= need

@@ -16,10 +16,12 @@ from capsim import config as C
 from capsim.workload_schema import WorkloadConfig
 from capsim.catalog import load_hardware, load_model
 from capsim.cost_model import CostModel
-from capsim.engine import Engine, Replica
+from capsim.engine import Engine, Replica, SwapSpace
 from capsim.errors import CapsimError
 from capsim.formats import NumberFormat, get_format
-from capsim.kv_cache import ContiguousAllocator, MemoryBudget, PagedAllocator, memory_budget
+from capsim.engines import EngineProfile, load_engine
+from capsim.kv_cache import ContiguousAllocator, PagedAllocator
+from capsim.memory import MemoryBudget, memory_budget
 from capsim.metrics import per_class, summarize
 from capsim.running import RunningSet
 from capsim.schedulers import SCHEDULERS
@@ -41,6 +43,7 @@ class Setup:
     max_model_len: int
     max_num_batched_tokens: int
     memory: MemoryBudget
+    engine: EngineProfile | None = None  # the serving engine's profile (None: the bare GPU roofline)
 
 
 @dataclass
@@ -72,7 +75,8 @@ def load_workload(path: str | Path) -> WorkloadConfig:
 
 
 OVERRIDABLE = ("gpu", "model", "weights", "kv_cache", "scheduler", "allocator", "rate", "requests", "seed",
-               "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "mode", "horizon_s")
+               "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "mode", "horizon_s", "engine", "tp", "replicas", "router",
+               "prefix_caching", "preemption")
 
 
 def apply_overrides(w: WorkloadConfig, source: str, **overrides) -> WorkloadConfig:
@@ -86,7 +90,7 @@ def apply_overrides(w: WorkloadConfig, source: str, **overrides) -> WorkloadConf
     for key, value in given.items():
         if key == "scheduler":
             sched["kind"] = value
-        elif key in ("max_num_seqs", "max_num_batched_tokens"):
+        elif key in ("max_num_seqs", "max_num_batched_tokens", "preemption"):
             sched[key] = value
         elif key == "rate":
             arrivals = dict(data["arrivals"])
@@ -112,6 +116,9 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
     hardware = load_hardware(w.gpu)
     weights = get_format(w.weights, where=f"{source}: field 'weights'")
     kv_fmt = get_format(w.kv_cache, for_kv=True, where=f"{source}: field 'kv_cache'")
+    engine = _engine(w, source)
+    w = with_engine_defaults(w, engine, hardware)
+    _check_tp(model, w.tp, source)
     sched = w.scheduler
     max_model_len = w.max_model_len or model.max_context_tokens
     budget = sched.max_num_batched_tokens
@@ -124,10 +131,15 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
             "max_model_len (or use kind: chunked)."
         )
     allocator = w.allocator or ("contiguous" if sched.kind == "static" else "paged")
+    samples = max([w.samples] + [c.samples or 0 for c in w.classes or []])
+    if allocator == "contiguous" and (samples > 1 or w.prefix_caching):
+        raise CapsimError(f"{source}: parallel samples and prefix caching share KV blocks, which needs "
+                          "allocator: paged (a contiguous reservation cannot be shared).")
     memory = memory_budget(
         model, hardware, weights, kv_fmt, block_size=sched.block_size if allocator == "paged" else 1,
         gpu_memory_utilization=w.gpu_memory_utilization, max_num_batched_tokens=budget,
         max_num_seqs=sched.max_num_seqs, realistic=w.mode == "realistic", num_gpu_blocks=w.num_gpu_blocks,
+        engine=engine if w.mode == "realistic" else None, tp=w.tp,
     )
     if memory.num_blocks <= 0:
         raise CapsimError(
@@ -135,20 +147,58 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
             f"for the KV cache on {hardware.name} ({hardware.memory_bytes / 2**30:.0f} GiB x "
             f"gpu_memory_utilization {w.gpu_memory_utilization}). Use a smaller model or weight format, or a bigger GPU."
         )
-    return Setup(w, source, base_dir, model, hardware, weights, kv_fmt, allocator, max_model_len, budget, memory)
+    return Setup(w, source, base_dir, model, hardware, weights, kv_fmt, allocator, max_model_len, budget, memory,
+                 engine)
+
+
+def _engine(w: WorkloadConfig, source: str) -> EngineProfile | None:
+    if w.engine is None:
+        return None
+    try:
+        return load_engine(w.engine)
+    except CapsimError as exc:
+        raise CapsimError(f"{source}: field 'engine': {exc}") from None
+
+
+def with_engine_defaults(w: WorkloadConfig, engine: EngineProfile | None, hardware: C.HardwareProfile) -> WorkloadConfig:
+    """The workload with the engine's scheduling defaults (kind, max_num_seqs,
+    max_num_batched_tokens, block_size) and gpu_memory_utilization wherever the workload (or the
+    command line) leaves them unset."""
+    if engine is None:
+        return w
+    defaults = engine.scheduler_for(hardware.memory_visible_bytes or hardware.memory_bytes, hardware.name)
+    given = w.scheduler.model_fields_set if "scheduler" in w.model_fields_set else set()
+    sched = {k: getattr(defaults, k) for k in ("kind", "max_num_seqs", "max_num_batched_tokens", "block_size")
+             if k not in given}
+    update = {"scheduler": w.scheduler.model_copy(update=sched)}
+    if "gpu_memory_utilization" not in w.model_fields_set:
+        update["gpu_memory_utilization"] = engine.gpu_memory_utilization
+    return w.model_copy(update=update)
+
+
+def _check_tp(model: C.ModelSpec, tp: int, source: str) -> None:
+    if model.num_heads % tp:
+        raise CapsimError(f"{source}: field 'tp' is {tp}, but {model.name} has {model.num_heads} attention heads; "
+                          "tensor parallelism splits the heads evenly, so tp must divide them.")
 
 
 def build_replica(setup: Setup, index: int = 0, num_classes: int = 1) -> Replica:
     w, sched = setup.workload, setup.workload.scheduler
     if setup.allocator == "paged":
         watermark = int(sched.watermark * setup.memory.num_blocks)
-        kv = PagedAllocator(setup.memory.num_blocks, sched.block_size, watermark)
+        kv = PagedAllocator(setup.memory.num_blocks, sched.block_size, watermark, caching=w.prefix_caching)
     else:
         kv = ContiguousAllocator(setup.memory.num_blocks, setup.max_model_len, w.reserve)
     scheduler = SCHEDULERS[sched.kind](sched.max_num_seqs, setup.max_num_batched_tokens, setup.max_model_len)
-    cost = CostModel(setup.model, setup.hardware, setup.weights, setup.kv_cache, mode=w.mode, unit_step_s=w.unit_step_s)
+    cost = CostModel(setup.model, setup.hardware, setup.weights, setup.kv_cache, mode=w.mode, unit_step_s=w.unit_step_s,
+                     engine=setup.engine, tp=w.tp)
     running = RunningSet(kv.block_size, cost.window if w.mode == "realistic" else 0, num_classes)
-    return Replica(index, scheduler, kv, cost, running)
+    swap = None
+    if sched.preemption == "swap":
+        bytes_per_token = setup.memory.bytes_per_block / setup.memory.block_size
+        swap = SwapSpace(w.swap_space_gib * 2**30, bytes_per_token * kv.block_size,
+                         setup.hardware.interconnect.pcie_bytes_per_s)
+    return Replica(index, scheduler, kv, cost, running, swap=swap)
 
 
 def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True, **overrides) -> RunResult:
@@ -162,8 +212,8 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
     w = apply_overrides(w, source, **overrides)
     setup = resolve(w, source, base_dir)
     stream = build_stream(w, base_dir)
-    replica = build_replica(setup, num_classes=len(stream.class_names))
-    engine = Engine([replica], stream, horizon_s=w.horizon_s, macro_steps=macro_steps)
+    replicas = [build_replica(setup, i, num_classes=len(stream.class_names)) for i in range(w.replicas)]
+    engine = Engine(replicas, stream, horizon_s=w.horizon_s, macro_steps=macro_steps, router=w.router)
     end_s = engine.run()
     return _result(setup, engine, end_s)
 
@@ -171,7 +221,7 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
 def _result(setup: Setup, engine: Engine, end_s: float) -> RunResult:
     requests = engine.requests.frame()
     steps = engine.steps.frame(engine.replicas[0].cost.decode_detail)
-    gaps = engine.gaps.arrays()
+    gaps = engine.gaps.arrays(engine.steps.segment_ends)
     cm = engine.replicas[0].cost
     summary = summarize(
         requests, steps, gaps, duration_s=end_s, peak_flops=cm.peak, bandwidth_bytes_per_s=cm.bandwidth,
@@ -183,8 +233,33 @@ def _result(setup: Setup, engine: Engine, end_s: float) -> RunResult:
         summary["kv_reserved_unused"], summary["kv_internal_waste"] = summary["kv_internal_waste"], 0.0
     else:
         summary["kv_reserved_unused"] = 0.0
+    summary.update(_feature_stats(setup, engine, steps))
     summary["setup"] = describe(setup)
     return RunResult(setup, summary, requests, steps, gaps)
+
+
+def _feature_stats(setup: Setup, engine: Engine, steps: pd.DataFrame) -> dict:
+    """Prefix caching, sharing and swapping figures (zeros when the features are off)."""
+    queried = engine.prompt_tokens_admitted
+    dt = steps["duration_s"].to_numpy()
+    busy = float(dt.sum())
+    shared = steps["kv_shared_units"].to_numpy(dtype=np.float64)
+    block_bytes = setup.memory.bytes_per_block
+    return {
+        "prefix_cache_hit_rate": engine.prefill_tokens_saved / queried if queried else 0.0,
+        "prefill_tokens_saved": int(engine.prefill_tokens_saved),
+        "kv_memory_saved_bytes": float((shared * dt).sum() / busy * block_bytes) if busy else 0.0,
+        "kv_memory_saved_peak_bytes": float(shared.max() * block_bytes) if len(shared) else 0.0,
+        "swapped_bytes": float(engine.swapped_bytes),
+        "replicas": len(engine.replicas),
+        "completed_per_replica": [int(n) for n in np.bincount(
+            engine_requests_replica(engine), minlength=len(engine.replicas))],
+    }
+
+
+def engine_requests_replica(engine: Engine) -> np.ndarray:
+    df = engine.requests.frame()
+    return df.loc[df["outcome"] == "completed", "replica"].to_numpy(dtype=np.int64)
 
 
 def describe(setup: Setup) -> dict:
@@ -197,4 +272,7 @@ def describe(setup: Setup) -> dict:
         "max_num_batched_tokens": setup.max_num_batched_tokens, "block_size": w.scheduler.block_size,
         "max_model_len": setup.max_model_len, "num_gpu_blocks": m.num_blocks, "kv_capacity_tokens": m.kv_tokens,
         "weight_bytes": m.weight_bytes, "kv_cache_bytes": m.kv_bytes, "seed": w.seed,
+        "engine": setup.engine.name if setup.engine else None,
+        "engine_version": setup.engine.version if setup.engine else None, "tp": w.tp,
+        "gpu_memory_utilization": w.gpu_memory_utilization, "gpu_blocks_log_line": m.log_line(),
     }

@@ -22,10 +22,12 @@ class OpenLoopStream:
     """All arrivals known up front (sorted by time)."""
 
     arrival_s: np.ndarray
-    prompt_tokens: np.ndarray
+    prompt_tokens: np.ndarray  # shared prefix included
     output_tokens: np.ndarray
     class_index: np.ndarray
     class_names: tuple[str, ...]
+    class_prefix: tuple[int, ...]  # shared prefix tokens per class
+    class_samples: tuple[int, ...]  # parallel samples per class
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -40,9 +42,13 @@ class _LengthSampler:
             self.specs = [(c.prompt_tokens, c.output_tokens, c.split) for c in w.classes]
             weights = np.array([c.weight for c in w.classes])
             self.weights = weights / weights.sum()
+            self.prefix = tuple(w.shared_prefix_tokens if c.shared_prefix_tokens is None else c.shared_prefix_tokens
+                                for c in w.classes)
+            self.samples = tuple(w.samples if c.samples is None else c.samples for c in w.classes)
         else:
             self.names, self.weights = ("all",), np.ones(1)
             self.specs = [(w.prompt_tokens, w.output_tokens, w.split)]
+            self.prefix, self.samples = (w.shared_prefix_tokens,), (w.samples,)
         children = rng.spawn(1 + 2 * len(self.specs))
         self.class_rng, self.rngs = children[0], children[1:]
 
@@ -82,13 +88,15 @@ class ClosedLoopStream:
     def __init__(self, w: WorkloadConfig, sampler: _LengthSampler, rng_think: np.random.Generator) -> None:
         a = w.arrivals
         self.users, self.think_time_s, self.think_time_dist = a.users, a.think_time_s, a.think_time_dist
+        self.turns_per_session = a.turns_per_session
         self.max_requests, self.duration_s = w.requests, w.duration_s
-        self.class_names = sampler.names
+        self.class_names, self.class_prefix, self.class_samples = sampler.names, sampler.prefix, sampler.samples
         self._sampler, self._think_rng = sampler, rng_think
         self._drawn: tuple[np.ndarray, ...] = (np.zeros(0, dtype=np.int64),) * 3
 
     def lengths(self, i: int) -> tuple[int, int, int]:
-        """(prompt tokens, output tokens, class index) of the i-th request sent."""
+        """(prompt tokens drawn, output tokens, class index) of the i-th request sent; the
+        class's shared prefix (first turn) or the session history (later turns) comes on top."""
         while i >= len(self._drawn[0]):
             n = self.BLOCK if self.max_requests is None else self.max_requests
             self._drawn = tuple(np.concatenate(pair) for pair in zip(self._drawn, self._sampler.draw(n)))
@@ -200,4 +208,5 @@ def build_stream(w: WorkloadConfig, base_dir: Path | None = None) -> OpenLoopStr
     else:
         times = _arrival_times(w, rng_arrivals)
     prompt, output, cls = sampler.draw(len(times), trace)
-    return OpenLoopStream(times, prompt, output, cls, sampler.names)
+    prompt = prompt + np.asarray(sampler.prefix, dtype=np.int64)[cls]
+    return OpenLoopStream(times, prompt, output, cls, sampler.names, sampler.prefix, sampler.samples)

@@ -119,6 +119,10 @@ class ClosedLoop(Frozen):
     users: int = Field(gt=0)
     think_time_s: float = Field(0.0, ge=0)
     think_time_dist: Literal["fixed", "exponential"] = "exponential"
+    turns_per_session: int = Field(
+        1, gt=0, description="multi-turn chats: each turn resends the session's history (earlier prompts and "
+        "answers) plus a new message drawn from prompt_tokens; after this many turns the user starts a new session"
+    )
 
 
 class Trace(Frozen):
@@ -151,6 +155,8 @@ class RequestClass(Frozen):
     prompt_tokens: Lengths | None = None
     output_tokens: Lengths | None = None
     split: TotalSplit | None = None
+    shared_prefix_tokens: int | None = Field(None, ge=0, description="default: the workload's")
+    samples: int | None = Field(None, gt=0, description="default: the workload's")
 
     @model_validator(mode="after")
     def _lengths(self) -> RequestClass:
@@ -192,6 +198,12 @@ class WorkloadConfig(Frozen):
     weights: str = "bf16"
     kv_cache: str = "fp16"
     gpu: str | None = Field(None, description="default GPU; --gpu overrides")
+    engine: str | None = Field(
+        None, description="serving-engine profile (vllm, sglang, trt-llm, llama.cpp; `capsim engines`): its host "
+        "overheads and kernel class, and its scheduling and memory defaults where this file leaves them unset; "
+        "none: the bare GPU roofline")
+    tp: int = Field(1, gt=0, description="tensor-parallel GPUs per replica (weights and KV heads split, "
+                    "two all-reduces per layer)")
     mode: Literal["realistic", "document", "unit"] = "realistic"
     unit_step_s: float = Field(1.0, gt=0, description="step time in unit mode")
     scheduler: SchedulerConfig = SchedulerConfig()
@@ -210,6 +222,15 @@ class WorkloadConfig(Frozen):
     horizon_s: float | None = Field(None, gt=0, description="stop the clock here; the rest is 'unfinished'")
     slo: SLO | None = None
     seed: int = 0
+    shared_prefix_tokens: int = Field(
+        0, ge=0, description="a system prompt of this many tokens, identical for every request (of a class), "
+        "added in front of the drawn prompt"
+    )
+    samples: int = Field(1, gt=0, description="parallel sampling (n): answers per request, sharing its prompt")
+    prefix_caching: bool = Field(False, description="reuse cached KV blocks of identical prefixes (vLLM APC)")
+    replicas: int = Field(1, gt=0, description="copies of the server behind a router")
+    router: Literal["round_robin", "least_outstanding", "least_kv"] = "round_robin"
+    swap_space_gib: float = Field(4.0, ge=0, description="host memory per replica for swapped-out KV (vLLM --swap-space)")
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadConfig:

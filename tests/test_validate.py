@@ -1,0 +1,111 @@
+"""`capsim validate`: the suite loads, points map onto simulations as validation/README.md says,
+a few fast points run end to end, and the report has its per-group MAPE table. The full suite
+(about 2-3 minutes) is run by hand: `capsim validate`."""
+
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from capsim.cli import app
+from capsim.errors import CapsimError
+from capsim.validate import (Outcome, find_suite, group_rows, load_points, mape, render, run_point, run_suite,
+                             write)
+from capsim.validate_map import Skip, engine_for, kv_format_for, workload_for
+
+SUITE = Path(__file__).parents[1] / "validation"
+FAST = ["llamacpp-pr4766-rtx4090-codellama7b-f16-tg128", "llamacpp-pr4766-rtx4090-codellama7b-f16-pp512",
+        "trtllm014-h100sxm-llama31-8b-bf16-467-256-qps2-ttft", "lambda-vllm054-h100sxm-mistral7b-sharegpt-n10-output-tput"]
+
+
+@pytest.fixture(scope="module")
+def points() -> dict:
+    return {p["id"]: p for p in load_points(SUITE)}
+
+
+def test_the_suite_has_its_points_from_independent_sources(points):
+    assert len(points) >= 30
+    sources = {p["_file"] for p in points.values()}
+    assert len(sources) >= 4
+    assert {p["group"] for p in points.values()} == {"decode", "prefill", "ttft", "max_throughput", "concurrency"}
+
+
+def test_a_decode_point_is_one_request_with_n_decode_steps(points):
+    p = points["xdai-rtx4090-llama3-8b-q4_k_m-tg4096"]
+    w = workload_for(p)
+    assert (w.engine, w.gpu, w.model, w.weights, w.kv_cache) == ("llama.cpp", "rtx4090", "llama-3.1-8b", "q4_k_m", "fp16")
+    assert w.requests == 1 and w.arrivals.kind == "all_at_once"
+    assert w.prompt_tokens.value == 1 and w.output_tokens.value == 4097  # first token + 4,096 decode steps
+
+
+def test_engine_versions_and_unstated_formats_follow_the_documented_rules(points):
+    assert engine_for(points["xdai-rtx4090-llama2-7b-q4_0-tg1024"]) == "llama.cpp@2024-01"  # b1671, no CUDA graphs
+    assert engine_for(points["lambda-vllm054-h100sxm-mistral7b-sharegpt-n320-itl"]) == "vllm@0.5"
+    assert engine_for(points["vllm060-a100-llama31-8b-sharegpt-rps4-tpot"]) == "vllm@0.6-ms10"
+    assert kv_format_for(points["trtllm10-h100sxm-llama31-8b-fp8-1000-1000"]) == "fp8_e4m3"  # TRT-LLM FP8 build
+    assert kv_format_for(points["lambda-vllm054-h100sxm-llama31-8b-fp8-sharegpt-n320-output-tput"]) == "bf16"  # auto
+    tp8 = workload_for(points["trtllm017-h100sxm-llama31-70b-fp8-tp8-1000-1000"])
+    assert tp8.tp == 8 and tp8.requests == 3000 and tp8.gpu_memory_utilization == 0.95  # the page's flag
+    sharegpt = workload_for(points["sglang030-a100-llama31-8b-sharegpt-rps4-ttft"])
+    assert sharegpt.arrivals.kind == "poisson" and sharegpt.prompt_tokens.dist == "lognormal"
+
+
+def test_points_that_cannot_be_represented_are_skipped_with_a_reason(points):
+    with pytest.raises(Skip, match="longest answer"):
+        workload_for(points["lambda-vllm054-h100sxm-mistral7b-sharegpt-n10-output-tput"])
+
+
+def test_fast_points_run_end_to_end():
+    outcomes = run_suite(SUITE, only=FAST, workers=1)
+    by_id = {o.id: o for o in outcomes}
+    assert set(by_id) == set(FAST)
+    ok = [o for o in outcomes if o.status == "ok"]
+    assert len(ok) == 3
+    for o in ok:
+        assert o.predicted > 0 and o.error_pct == pytest.approx(100 * (o.predicted - o.measured) / o.measured)
+    assert by_id[FAST[3]].status == "skipped" and by_id[FAST[3]].predicted is None
+    table = {r[0]: r for r in group_rows(outcomes)}
+    assert table["decode"][1] == 1 and table["decode"][3] == pytest.approx(abs(by_id[FAST[0]].error_pct), abs=0.05)
+    assert table["all"][2] == 1  # the skipped point is counted, not scored
+
+
+def _outcome(group, err, status="ok"):
+    pred = None if status != "ok" else 100 + err
+    return Outcome("x", "f.yaml", group, "vllm", "h100-sxm", 1, "m", "ttft_ms", "mean", 100.0, pred,
+                   None if pred is None else err, status, "" if status == "ok" else "why")
+
+
+def test_mape_per_group_and_the_markdown_table(tmp_path):
+    outcomes = [_outcome("decode", 10.0), _outcome("decode", -20.0), _outcome("ttft", 30.0),
+                _outcome("prefill", 10.0), _outcome("concurrency", 0.0, status="skipped")]
+    assert mape(outcomes[:2]) == 15.0
+    rows = {r[0]: r for r in group_rows(outcomes)}
+    assert rows["prefill+ttft"][3] == 20.0 and rows["decode"][5] == 15.0 and rows["concurrency"][1:3] == [0, 1]
+    assert rows["max_throughput"][3] is None
+    md = render(outcomes, "markdown")
+    assert "| group | points | skipped | mape_pct |" in md and "skipped: why" in md
+    paths = write(outcomes, tmp_path)
+    assert [p.name for p in paths] == ["validation.csv", "validation.json"]
+    assert not math.isnan(rows["all"][3])
+
+
+def test_a_missing_suite_says_where_it_looked(tmp_path):
+    with pytest.raises(CapsimError, match="no validation suite found.*--suite DIR"):
+        find_suite(tmp_path / "nowhere")
+    (tmp_path / "bad.yaml").write_text("points: [{id: a}]\n")
+    with pytest.raises(CapsimError, match=r"bad.yaml: point \[0\]: required field\(s\) missing"):
+        load_points(tmp_path)
+
+
+def test_cli_validate_prints_markdown():
+    result = CliRunner().invoke(app, ["validate", "--suite", str(SUITE), "--only", FAST[0], "--format", "markdown",
+                                      "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert "MAPE per group" in result.output and FAST[0] in result.output
+
+
+def test_run_point_reports_failures_instead_of_raising(points):
+    broken = dict(points[FAST[0]], gpu="no-such-gpu")
+    o = run_point(broken)
+    assert o.status == "failed" and "unknown GPU" in o.reason
