@@ -102,7 +102,8 @@ class AllocatorMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.kv = PagedAllocator(num_blocks=24, block_size=4, caching=True)
+        # two blocks' worth of per-sequence state (a sliding window, a recurrent state) each
+        self.kv = PagedAllocator(num_blocks=40, block_size=4, caching=True, seq_units=2)
         self.live: dict[int, object] = {}
         self.next_id = 0
 
@@ -137,7 +138,7 @@ class AllocatorMachine(RuleBasedStateMachine):
     def fork(self, data):
         if self.live:
             parent = self.live[data.draw(st.sampled_from(sorted(self.live)))]
-            if (1 if parent.computed_tokens % 4 else 0) <= self.kv.free_units:
+            if (1 if parent.computed_tokens % 4 else 0) + self.kv.seq_units <= self.kv.free_units:
                 child = self._new(parent.prompt_tokens, parent.shared_prefix_tokens, parent.session)
                 self.kv.fork(parent, child)
                 child.computed_tokens = parent.computed_tokens
@@ -155,7 +156,8 @@ class AllocatorMachine(RuleBasedStateMachine):
         self.kv.check()
         assert 0 <= self.kv.used_units <= self.kv.num_blocks
         held = sum(-(-r.computed_tokens // 4) for r in self.live.values()) - self.kv.shared_units
-        assert self.kv.used_units == held  # physical blocks = logical blocks - sharing
+        state = 2 * sum(1 for r in self.live.values() if r.computed_tokens)
+        assert self.kv.used_units == held + state  # physical = logical blocks - sharing + per-sequence state
 
     def teardown(self):
         for req in list(self.live.values()):

@@ -72,3 +72,21 @@ def test_tensorrt_llm_takes_a_fraction_of_the_free_memory(tiny_model, round_gpu)
 def test_document_mode_leaves_out_activations_and_reserve(tiny_model, round_gpu):
     m = _budget(tiny_model, round_gpu, realistic=False)
     assert m.activation_bytes == 0 and m.reserve_bytes == 0 and m.kv_bytes == pytest.approx(90e9 - 26e6)
+
+
+def test_sliding_windows_and_recurrent_state_are_per_sequence_memory():
+    """Blocks hold the full-attention layers' tokens; a sliding-window layer keeps at most its
+    window (+ the block being filled) and a linear-attention layer a fixed state, per sequence."""
+    from capsim import architecture as arch
+    from capsim.catalog import load_model
+    from capsim.memory import block_layout
+
+    gemma = load_model("gemma-3-27b")  # 10 full + 52 sliding layers, window 1,024, 16 KV heads x 128
+    per_block, per_seq = block_layout(gemma, 2.0, 16)
+    assert per_block == 16 * 10 * (2 * 16 * 128 * 2)
+    assert per_seq == (1024 // 16 + 1) * 16 * 52 * (2 * 16 * 128 * 2)
+    qwen = load_model("qwen3.5-27b")  # 16 full-attention layers + 48 linear-attention layers
+    per_block, per_seq = block_layout(qwen, 2.0, 16)
+    assert per_block == 16 * 65536 and per_seq == arch.state_bytes_per_sequence(qwen)
+    llama = load_model("llama-3.1-8b")
+    assert block_layout(llama, 2.0, 16) == (16 * 131072, 0.0)

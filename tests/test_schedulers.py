@@ -166,3 +166,22 @@ def test_fast_and_slow_paths_agree():
     assert not slow.decode_all and slow.scheduled == running[:3] and slow.new_tokens == [1, 1, 1]
     fast = make_scheduler("chunked").schedule(deque(), running_set(*running), kv)
     assert fast.decode_all and fast.num_decodes == 5 and fast.num_tokens == 5
+
+
+def test_multi_step_scheduling_admits_only_at_window_boundaries():
+    """vLLM 0.6's --num-scheduler-steps 10: while a batch decodes, newcomers join every 10 steps."""
+    from capsim.schedulers import ContinuousScheduler
+
+    sched = ContinuousScheduler(8, 4096, 4096, steps_per_schedule=10)
+    kv = make_paged(1000)
+    running = [decoding(10, 500, rid=700)]
+    _hold(kv, *running)
+    rs = running_set(*running)
+    rs.advance(3, 1.0)  # 3 steps into a window
+    rs.sync(running[0])
+    plan = sched.schedule(deque([make_request(10, 5)]), rs, kv)
+    assert not plan.admitted and plan.decode_only and plan.repeat_steps == 7  # to the boundary
+    assert not plan.wake_on_arrival
+    rs.advance(7, 2.0)
+    plan = sched.schedule(deque([make_request(10, 5)]), rs, kv)
+    assert len(plan.admitted) == 1  # at the boundary the batch re-forms

@@ -95,6 +95,8 @@ class CostModel:
         unit_step_s: float = 1.0,
         engine: EngineProfile | None = None,
         tp: int = 1,
+        draft_tokens: int = 0,
+        draft: CostModel | None = None,
     ) -> None:
         self.model, self.hardware, self.mode, self.unit_step_s = model, hardware, mode, unit_step_s
         self.weights_format, self.kv_format, self.engine, self.tp = weights, kv_cache, engine, tp
@@ -116,6 +118,10 @@ class CostModel:
         self._gemm_setup(model, params, weights, doc, tp)
         self._attention_setup(model, kv_cache, tp)
         self._decode_cache: dict[int, tuple] = {}
+        # Speculative decoding: each decode step verifies draft_tokens + 1 tokens per sequence,
+        # after `draft_tokens` passes of the draft model (if one is priced).
+        self.queries = draft_tokens + 1
+        self.draft, self.draft_passes = draft, (draft_tokens if draft is not None else 0)
 
     def _gemm_setup(self, model, params, weights, doc, tp) -> None:
         wb = weights.bytes_per_value
@@ -236,11 +242,17 @@ class CostModel:
         if self.mode == "unit":
             return StepCost(self.unit_step_s, 0.0, 0.0, self.unit_step_s, 0.0, 0.0, "overhead")
         ctx_f = ctx_s = pairs_f = pairs_s = 0
-        logits = plan.num_decodes
+        q = self.queries
+        logits = plan.num_decodes * q
+        draft_s = 0.0
         if plan.num_decodes:
-            ctx_f = pairs_f = running.context_sum(1)
+            ctx_f = running.context_sum(1)
+            pairs_f = q * ctx_f + plan.num_decodes * (q * (q - 1) // 2)
             if self.window:
-                ctx_s = pairs_s = running.sliding_context_sum(1)
+                ctx_s = running.sliding_context_sum(1)
+                pairs_s = q * ctx_s
+            if self.draft is not None:  # the draft's passes for the decoding sequences
+                draft_s = self.draft_passes * self.draft.decode_seconds(plan.num_decodes, ctx_f, 0)
         w = self.window
         for req, n in zip(plan.scheduled, plan.new_tokens):
             c0 = req.computed_tokens
@@ -252,12 +264,13 @@ class CostModel:
                 pairs_s += _capped_pairs(c0, n, w)
             if c1 == req.known_tokens:
                 logits += 1
-        num_tokens = plan.num_tokens
+        num_tokens = plan.num_tokens + plan.num_decodes * (q - 1)  # a decoder computes q tokens
         gc, gm, gf, gb = self.gemm_part(num_tokens, logits, plan.num_seqs)
         ac, am, af, ab = self.attention_part(ctx_f, ctx_s, pairs_f, pairs_s, num_tokens, plan.num_seqs)
-        overhead, comm = self.fixed_seconds(num_tokens, plan.num_seqs, decode_only=num_tokens == plan.num_seqs)
+        decode_only = plan.num_tokens == plan.num_seqs
+        overhead, comm = self.fixed_seconds(num_tokens, plan.num_seqs, decode_only=decode_only)
         es, eb = self.elementwise_part(num_tokens)
-        return _combine(gc, gm, ac, am, gf + af, gb + ab + eb, overhead + comm, es)
+        return _combine(gc, gm, ac, am, gf + af, gb + ab + eb, overhead + comm + draft_s, es)
 
     @staticmethod
     def with_overhead(cost: StepCost, extra_s: float) -> StepCost:
@@ -266,60 +279,75 @@ class CostModel:
         bound = "overhead" if overhead > cost.compute_s and overhead > cost.memory_s else cost.bound
         return StepCost(cost.seconds + extra_s, cost.compute_s, cost.memory_s, overhead, cost.flops, cost.bytes, bound)
 
-    def decode_coefficients(self, n: int) -> tuple[float, float, float, float, float, float]:
-        """(c1, c2, c0, m1, m2, m0): a step in which n sequences decode one token each and attend
-        S full-attention and Ss sliding-window positions in total takes
-            max(c1*S + c2*Ss + c0, m1*S + m2*Ss + m0)  seconds
-        (the compute side and the memory side of attention, each with the GEMM roofline and the
-        overheads folded in). Every decode-only step, single or in a macro-step, is priced by
-        this one expression, so they round identically."""
+    def decode_coefficients(self, n: int) -> tuple[float, ...]:
+        """(c1, c2, c0, m1, m2, m0, d1, d0, e1, e0): a step in which n sequences decode (each
+        computing `queries` tokens: 1, or the verified drafts + 1) and attend S full-attention and
+        Ss sliding-window positions in total (from each one's first new token) takes
+            max(c1*S + c2*Ss + c0, m1*S + m2*Ss + m0) + passes * max(d1*S + d0, e1*S + e0)
+        seconds: the compute and memory sides of attention, each with the GEMM roofline and the
+        overheads folded in, then the draft model's passes. Every decode-only step, single or in
+        a macro-step, is priced by this one expression, so they round identically."""
         cached = self._decode_cache.get(n)
         if cached is not None:
             return cached
         if self.mode == "unit":
-            coefs = (0.0, 0.0, self.unit_step_s, 0.0, 0.0, self.unit_step_s)
+            coefs = (0.0, 0.0, self.unit_step_s, 0.0, 0.0, self.unit_step_s, 0.0, 0.0, 0.0, 0.0)
         else:
-            gc, gm, _, _ = self.gemm_part(n, n, n)
-            overhead, comm = self.fixed_seconds(n, n, decode_only=True)
-            base = max(gc, gm) + (overhead + comm) + self.elementwise_part(n)[0]
+            q = self.queries
+            tokens = n * q
+            gc, gm, _, _ = self.gemm_part(tokens, tokens, n)
+            overhead, comm = self.fixed_seconds(tokens, n, decode_only=True)
+            base = max(gc, gm) + (overhead + comm) + self.elementwise_part(tokens)[0]
+            draft = (0.0, 0.0, 0.0, 0.0)
+            if self.draft is not None:
+                d = self.draft.decode_coefficients(n)
+                draft = (d[0], d[2], d[3], d[5])
             if self.mode == "document":
-                coefs = (0.0, 0.0, base, 0.0, 0.0, base)
+                coefs = (0.0, 0.0, base, 0.0, 0.0, base) + draft
             else:
-                fl, bw = self.eta_attn_fl * self.attn_peak, self.eta_attn_bw * self.bandwidth
-                vec = self.eta_attn_fl * self.vector_peak
-                dq = self.dequant_flops_per_value
-                coefs = (self.attn_flops_full / fl + dq * self.kv_values_full / vec,
-                         self.attn_flops_sliding / fl + dq * self.kv_values_sliding / vec,
-                         base + self.attention_seq_s * n,
-                         (self.kv_full_bytes + self.score_bytes_full) / bw,
-                         (self.kv_sliding_bytes + self.score_bytes_sliding) / bw,
-                         (self.kv_full_bytes + self.kv_sliding_bytes) * n / bw + base)
+                coefs = self._attention_coefficients(n, q, base) + draft
         self._decode_cache[n] = coefs
         return coefs
+
+    def _attention_coefficients(self, n: int, q: int, base: float) -> tuple[float, ...]:
+        fl, bw = self.eta_attn_fl * self.attn_peak, self.eta_attn_bw * self.bandwidth
+        vec = self.eta_attn_fl * self.vector_peak
+        dq = self.dequant_flops_per_value
+        later = n * q * (q - 1) // 2  # verified drafts attend 1, 2, ... positions more than the first
+        return (q * self.attn_flops_full / fl + dq * self.kv_values_full / vec,
+                q * self.attn_flops_sliding / fl + dq * self.kv_values_sliding / vec,
+                base + self.attention_seq_s * n + later * (self.attn_flops_full + self.attn_flops_sliding) / fl,
+                (self.kv_full_bytes + q * self.score_bytes_full) / bw,
+                (self.kv_sliding_bytes + q * self.score_bytes_sliding) / bw,
+                (self.kv_full_bytes + self.kv_sliding_bytes) * n * q / bw + base)
 
     def decode_seconds(self, n: int, ctx_full, ctx_sliding):
         """Step times of decode-only steps (scalars or numpy arrays of S and Ss; see above).
         decode_ends inlines the scalar expression in its loop: keep the two identical."""
-        c1, c2, c0, m1, m2, m0 = self.decode_coefficients(n)
+        c1, c2, c0, m1, m2, m0, d1, d0, e1, e0 = self.decode_coefficients(n)
+        passes = self.draft_passes
         if isinstance(ctx_full, np.ndarray):
-            return np.maximum(c1 * ctx_full + c2 * ctx_sliding + c0, m1 * ctx_full + m2 * ctx_sliding + m0)
-        return max(c1 * ctx_full + c2 * ctx_sliding + c0, m1 * ctx_full + m2 * ctx_sliding + m0)
+            t = np.maximum(c1 * ctx_full + c2 * ctx_sliding + c0, m1 * ctx_full + m2 * ctx_sliding + m0)
+            return t + passes * np.maximum(d1 * ctx_full + d0, e1 * ctx_full + e0) if passes else t
+        t = max(c1 * ctx_full + c2 * ctx_sliding + c0, m1 * ctx_full + m2 * ctx_sliding + m0)
+        return t + passes * max(d1 * ctx_full + d0, e1 * ctx_full + e0) if passes else t
 
-    def decode_ends(self, n: int, k: int, now: float, ctx_full0: int, ctx_sliding0: int, below: int):
-        """End times of k decode steps from `now`: step j (1..k) attends ctx_full0 + n*j positions
-        (ctx_sliding0 + below*j in sliding layers); times summed in order from `now`."""
-        if k >= _VECTOR_FROM:
-            j = np.arange(1, k + 1, dtype=np.int64)
+    def decode_ends(self, n: int, k: int, now: float, ctx_full0: int, ctx_sliding0: int, below: int,
+                    offsets: list[int] | None = None):
+        """End times of k decode steps from `now`: step j (1..k) attends ctx_full0 + n*o_j
+        positions (ctx_sliding0 + below*o_j in sliding layers), o_j = j or offsets[j-1]; times
+        summed in order from `now`."""
+        if k >= _VECTOR_FROM or self.draft_passes:
+            j = np.arange(1, k + 1, dtype=np.int64) if offsets is None else np.asarray(offsets, dtype=np.int64)
             seconds = self.decode_seconds(n, (ctx_full0 + n * j).astype(np.float64),
                                           (ctx_sliding0 + below * j).astype(np.float64))
             seconds[0] = now + seconds[0]
             return np.cumsum(seconds)
-        c1, c2, c0, m1, m2, m0 = self.decode_coefficients(n)
+        c1, c2, c0, m1, m2, m0 = self.decode_coefficients(n)[:6]
         ends, t = [], now
-        full, sliding = ctx_full0, ctx_sliding0
-        for _ in range(k):  # decode_seconds inlined: this loop is the simulator's hottest code
-            full += n
-            sliding += below
+        for o in (range(1, k + 1) if offsets is None else offsets):
+            full, sliding = ctx_full0 + n * o, ctx_sliding0 + below * o
+            # decode_seconds inlined: this loop is the simulator's hottest code
             t = t + max(c1 * full + c2 * sliding + c0, m1 * full + m2 * sliding + m0)
             ends.append(t)
         return ends
@@ -331,18 +359,24 @@ class CostModel:
         if self.mode == "unit":
             zeros = np.zeros(rows)
             return DecodeSteps(None, zeros, zeros, np.full(rows, 2, dtype=np.int8))
+        q = self.queries
         sizes, which = np.unique(n, return_inverse=True)
-        gemm = np.array([self.gemm_part(int(m), int(m), int(m)) for m in sizes])
+        gemm = np.array([self.gemm_part(int(m) * q, int(m) * q, int(m)) for m in sizes])
         gc, gm, gf, gb = gemm[which].T
-        ac, am, af, ab = self.attention_part(ctx_full, ctx_sliding, ctx_full, ctx_sliding, n, n)
-        elem = np.array([self.elementwise_part(int(m)) for m in sizes])
+        later = n * (q * (q - 1) // 2)
+        ac, am, af, ab = self.attention_part(ctx_full, ctx_sliding, q * ctx_full + later, q * ctx_sliding, n * q, n)
+        elem = np.array([self.elementwise_part(int(m) * q) for m in sizes])
         es, eb = elem[which].T
         compute_t = np.where(gc >= gm, gc, 0.0) + np.where(ac >= am, ac, 0.0)
         memory_t = np.where(gm > gc, gm, 0.0) + np.where(am > ac, am, 0.0) + es
         bound = np.where(compute_t >= memory_t, 0, 1).astype(np.int8)
-        over = np.array([sum(self.fixed_seconds(int(m), int(m), decode_only=True)) for m in sizes])[which]
+        over = np.array([sum(self.fixed_seconds(int(m) * q, int(m), decode_only=True)) for m in sizes])[which]
         bound[(over > compute_t) & (over > memory_t)] = 2
-        return DecodeSteps(None, gf + af, gb + ab + eb, bound)
+        flops, byts = gf + af, gb + ab + eb
+        if self.draft is not None:
+            drafted = self.draft.decode_detail(n, ctx_full, np.zeros_like(ctx_full))
+            flops, byts = flops + self.draft_passes * drafted.flops, byts + self.draft_passes * drafted.bytes
+        return DecodeSteps(None, flops, byts, bound)
 
 
 def _capped_pairs(c0: int, n: int, window: int) -> int:

@@ -93,7 +93,7 @@ class Engine:
         self.requests = RequestLog(REJECT_REASONS, stream.class_names)
         self.outcomes = Outcomes(self.requests)
         self.num_classes = len(stream.class_names)
-        self.steps = StepLog(block_size=replicas[0].kv.block_size)
+        self.steps = StepLog(block_size=replicas[0].kv.block_size, schedule=replicas[0].running.schedule)
         self.gaps = GapLog()
         self.arrived = 0
         self.next_index = 0  # open loop: index of the next arrival
@@ -296,6 +296,7 @@ class Engine:
             kv.promise(kv.decode_need(running, 1))
         end = now + cost.seconds
         yield _At(self.env, end, _LATE)
+        gained = running.tokens_ahead(1) if plan.num_decodes else 0
         if plan.num_decodes:
             running.advance(1, end)
             self._decoder_gaps(rep, now, end)
@@ -309,7 +310,7 @@ class Engine:
                 kv.register(req)
             if req.computed_tokens == req.known_tokens:
                 emitting.append(req)
-        rep.stored_tokens += plan.num_tokens
+        rep.stored_tokens += plan.num_tokens + plan.num_decodes * (gained - 1)
         self._emit(emitting, now, end)
         done = []
         for req in emitting:
@@ -320,7 +321,8 @@ class Engine:
             else:
                 running.start_decoding(req)
         done += running.finishing()
-        self.steps.add(end, end - now, rep.index, plan.num_seqs, plan.slots, prefill, plan.num_tokens - prefill,
+        self.steps.add(end, end - now, rep.index, plan.num_seqs, plan.slots, prefill,
+                       plan.num_tokens - prefill + plan.num_decodes * (gained - 1),
                        BOUNDS.index(cost.bound), cost.flops, cost.bytes, kv.used_units, kv.held_tokens,
                        rep.stored_tokens - kv.shared_units * kv.block_size, len(rep.waiting), len(plan.preempted),
                        kv.shared_units)
@@ -351,7 +353,8 @@ class Engine:
         ctx_full0 = running.context_sum(0)
         below = running.num_decoding - running.num_above_window() if running.window else 0
         ctx_sliding0 = running.sliding_context_sum(0) if running.window else 0
-        ends = rep.cost.decode_ends(n, k, now, ctx_full0, ctx_sliding0, below)
+        offsets = None if running.single else [running.tokens_ahead(j) + 1 for j in range(k)]
+        ends = rep.cost.decode_ends(n, k, now, ctx_full0, ctx_sliding0, below, offsets)
         k = self._cap_steps(ends, plan)
         if k == 0:  # the first step crosses the horizon: it never completes
             yield _At(env, float(ends[0]), _LATE)
@@ -362,15 +365,16 @@ class Engine:
         kv.promise(kv.decode_need(running, k))
         end = float(ends[-1])
         waiting = self._waiting_during(rep, ends, k)
+        step0, gained = running.steps, running.tokens_ahead(k)
         yield _At(env, end, _LATE)
         running.advance(k, end)
         self._decoder_gaps(rep, now, float(ends[0]))
         self.gaps.add_segment(k, tuple(running.class_counts))
-        rep.stored_tokens += n * k
+        rep.stored_tokens += n * gained
         self.steps.add_segment(ends, now, replica=rep.index, num_seqs=n, slots=plan.slots, used0=used0,
                                residues=residues, stored0=stored0 - kv.shared_units * kv.block_size, waiting=waiting,
                                ctx_full0=ctx_full0, ctx_sliding0=ctx_sliding0, below_window=below,
-                               shared=kv.shared_units)
+                               shared=kv.shared_units, step0=step0)
         self._release(rep, running.finishing(), end)
 
     def _waiting_during(self, rep: Replica, ends, k: int):

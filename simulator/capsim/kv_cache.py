@@ -34,9 +34,14 @@ class PagedAllocator:
 
     kind = "paged"
 
-    def __init__(self, num_blocks: int, block_size: int = 16, watermark_blocks: int = 0, caching: bool = False) -> None:
+    def __init__(self, num_blocks: int, block_size: int = 16, watermark_blocks: int = 0, caching: bool = False,
+                 seq_units: int = 0) -> None:
         self.num_blocks, self.block_size, self.watermark_units = num_blocks, block_size, watermark_blocks
         self.caching = caching
+        # Per-sequence memory outside the token blocks (sliding windows, recurrent state), in
+        # blocks' worth: taken when a sequence first gets blocks, returned when it lets go.
+        self.seq_units = seq_units
+        self._with_state: set[int] = set()
         # Free ids: returned ones (reused last-in first-out) plus the never-used range
         # [_fresh, num_blocks): construction is O(1) however many blocks a big GPU has.
         self._returned: list[int] = []
@@ -56,8 +61,13 @@ class PagedAllocator:
 
     @property
     def used_units(self) -> int:
-        """Blocks some request holds (cached-but-unreferenced blocks count as free)."""
-        return self._fresh - len(self._returned) - len(self._evictable) + self._owed
+        """Blocks some request holds (cached-but-unreferenced blocks count as free), per-sequence
+        state included."""
+        return self._fresh - len(self._returned) - len(self._evictable) + self._owed + self._state_units
+
+    @property
+    def _state_units(self) -> int:
+        return len(self._with_state) * self.seq_units
 
     @property
     def free_units(self) -> int:
@@ -65,19 +75,22 @@ class PagedAllocator:
 
     @property
     def held_tokens(self) -> int:
-        """Token slots in blocks that some request holds."""
-        return self.used_units * self.block_size
+        """Token slots in blocks that some request holds (per-sequence state not counted)."""
+        return (self.used_units - self._state_units) * self.block_size
 
     def _take(self, n: int) -> list[int]:
-        ids: list[int] = []
-        if n and self._returned:
-            ids = self._returned[-n:][::-1]
+        """n block ids: free ones while physical memory lasts (per-sequence state and promised
+        blocks take some of it), then the least recently used cached prefixes, evicted."""
+        room = self.num_blocks - self._state_units - self._owed - (self._fresh - len(self._returned))
+        direct = max(0, min(n, room))
+        ids = self._returned[-direct:][::-1] if direct and self._returned else []
+        if ids:
             del self._returned[-len(ids):]
-        rest = min(n - len(ids), self.num_blocks - self._fresh)
-        if rest > 0:
+        rest = direct - len(ids)
+        if rest:
             ids += range(self._fresh, self._fresh + rest)
             self._fresh += rest
-        while len(ids) < n:  # evict the least recently used cached prefix
+        while len(ids) < n:
             if not self._evictable:
                 raise RuntimeError("out of KV blocks: the scheduler over-committed (a capsim bug)")
             block, _ = self._evictable.popitem(last=False)
@@ -89,17 +102,18 @@ class PagedAllocator:
         """Blocks a request needs to run to completion (its last token's KV is never stored);
         parallel samples share the prompt's full blocks."""
         alone = blocks_for(req.max_tokens - 1, self.block_size)
-        return alone + (req.samples - 1) * (alone - req.prompt_tokens // self.block_size)
+        return alone + (req.samples - 1) * (alone - req.prompt_tokens // self.block_size) + req.samples * self.seq_units
 
     def fork_units(self, req: Request, tokens_after: int) -> int:
         """Blocks the samples' copies of the partial last prompt block take when this step
         completes a multi-sample request's prompt."""
         if req.samples > 1 and req.parent is None and not req.generated_tokens and tokens_after == req.known_tokens:
-            return (req.samples - 1) * (1 if tokens_after % self.block_size else 0)
+            return (req.samples - 1) * ((1 if tokens_after % self.block_size else 0) + self.seq_units)
         return 0
 
     def restore(self, req: Request) -> None:
         """A swapped-out request's KV comes back: fresh blocks for all its computed tokens."""
+        self._with_state.add(req.id)
         self.tables[req.id] = self._take(blocks_for(req.computed_tokens, self.block_size))
 
     def units_needed(self, req: Request, tokens_after: int) -> int:
@@ -108,8 +122,9 @@ class PagedAllocator:
 
     def admission_units(self, req: Request, tokens_after: int, hit_blocks: int = 0, revived: int = 0) -> int:
         """Free blocks a waiting request (which holds none) takes to hold tokens_after tokens, the
-        first hit_blocks of them found in the prefix cache (`revived` of those were evictable)."""
-        return blocks_for(tokens_after, self.block_size) - hit_blocks + revived
+        first hit_blocks of them found in the prefix cache (`revived` of those were evictable),
+        plus its per-sequence state."""
+        return blocks_for(tokens_after, self.block_size) - hit_blocks + revived + self.seq_units
 
     def prefix_hits(self, req: Request) -> tuple[int, int]:
         """(leading prompt blocks found in the cache, how many of them are evictable). At least
@@ -137,7 +152,7 @@ class PagedAllocator:
     def units_held(self, req: Request) -> int:
         """Blocks that return to the free pool if this request lets go of its table."""
         shared = sum(1 for b in self.tables.get(req.id, ()) if b in self._refs) if req.id in self._sharing else 0
-        return blocks_for(req.computed_tokens, self.block_size) - shared
+        return blocks_for(req.computed_tokens, self.block_size) - shared + self.seq_units
 
     def decode_need(self, running, k: int) -> int:
         """Blocks the running set's decoders need over k more steps."""
@@ -161,6 +176,7 @@ class PagedAllocator:
 
     def use_hits(self, req: Request, hit_blocks: int) -> None:
         """Map a waiting request's cached leading blocks into its (new) table."""
+        self._with_state.add(req.id)
         table = self.tables.setdefault(req.id, [])
         for index in range(hit_blocks):
             block = self._cached[self.block_key(req, index)]
@@ -175,6 +191,7 @@ class PagedAllocator:
     def allocate(self, req: Request, tokens_after: int) -> None:
         """Make the request's table hold tokens_after tokens (at the start of the step computing
         them). The request already holds the blocks of its computed tokens (named or promised)."""
+        self._with_state.add(req.id)
         table = self.tables.setdefault(req.id, [])
         self._fill(req, table)
         extra = blocks_for(tokens_after, self.block_size) - len(table)
@@ -202,6 +219,7 @@ class PagedAllocator:
         evictable, shared ones lose one reference."""
         if self.caching:
             self.register(req)
+        self._with_state.discard(req.id)
         table = self.tables.pop(req.id, [])
         self._owed -= blocks_for(req.computed_tokens, self.block_size) - len(table)
         if req.id not in self._sharing and not self._key_of:
@@ -230,6 +248,7 @@ class PagedAllocator:
         for block in table[:full]:
             self._refs[block] = self._refs.get(block, 1) + 1
             self.shared_units += 1
+        self._with_state.add(child.id)
         self.tables[child.id] = table[:full] + self._take(len(table) - full)
         if full:
             self._sharing.update((parent.id, child.id))
@@ -252,7 +271,9 @@ class PagedAllocator:
         assert all(b < self._fresh for b in self._returned), "a never-used block was returned"
         assert not (free & set(counts)), "a block is both free and in a table"
         assert not (evictable & set(counts)) and not (evictable & free), "an evictable block is also used or free"
-        assert len(counts) + self._owed + len(free) + len(evictable) == self.num_blocks, "a block is lost"
+        assert len(counts) == self._fresh - len(self._returned) - len(evictable), "a block is lost"
+        assert self.used_units <= self.num_blocks, "more blocks in use than exist"
+        assert self._with_state >= set(self.tables) - {r for r, t in self.tables.items() if not t}, "state missing"
         assert self._owed >= 0, "more blocks named than promised"
         assert all(self._cached[k] == b for b, k in self._key_of.items()), "cache index out of step"
         assert self.shared_units == sum(c - 1 for c in counts.values()), "shared count out of step"

@@ -30,7 +30,7 @@ class MemoryBudget:
     weight_bytes: float
     activation_bytes: float  # peak activations of a max-size step
     reserve_bytes: float  # CUDA context, graphs, allocator slack, NCCL buffers
-    state_bytes: float  # recurrent state of hybrid models, for max_num_seqs sequences
+    state_bytes: float  # per-sequence memory outside the blocks: recurrent state + sliding window
     kv_bytes: float
     bytes_per_block: float
     num_blocks: int
@@ -38,6 +38,7 @@ class MemoryBudget:
     overridden: bool  # num_blocks came from the workload / command line
     tp: int = 1
     rule: str = "total_fraction"
+    seq_units: int = 0  # blocks' worth each running sequence holds besides its token blocks
 
     @property
     def kv_tokens(self) -> int:
@@ -75,9 +76,12 @@ def _reserve(engine: EngineProfile | None, tp: int, realistic: bool) -> float:
 def memory_budget(model, hardware, weights_fmt, kv_fmt, *, block_size: int, gpu_memory_utilization: float,
                   max_num_batched_tokens: int, max_num_seqs: int, realistic: bool = True,
                   num_gpu_blocks: int | None = None, engine: EngineProfile | None = None,
-                  tp: int = 1) -> MemoryBudget:
-    """The KV capacity per GPU, in blocks of block_size tokens (see the module docstring)."""
+                  tp: int = 1, draft=None) -> MemoryBudget:
+    """The KV capacity per GPU, in blocks of block_size tokens (see the module docstring). A
+    speculative-decoding draft model adds its weights, and its own cache of every token."""
     weight_bytes = arch.param_counts(model).total * weights_fmt.bytes_per_value / tp
+    if draft is not None:
+        weight_bytes += arch.param_counts(draft).total * weights_fmt.bytes_per_value / tp
     total = float(hardware.memory_visible_bytes or hardware.memory_bytes)
     profiles_activation = engine is None or engine.memory.activation_peak
     activation = 0.0
@@ -85,20 +89,42 @@ def memory_budget(model, hardware, weights_fmt, kv_fmt, *, block_size: int, gpu_
         buffers = engine.memory.sampler_buffers if engine is not None else 3
         activation = activation_peak_bytes(model, max_num_batched_tokens, max_num_seqs, buffers)
     reserve = _reserve(engine, tp, realistic)
-    state = arch.state_bytes_per_sequence(model) * max_num_seqs / tp
     rule = engine.kv_memory if engine is not None else "total_fraction"
     if rule == "free_fraction":
         usable = total - weight_bytes - activation - reserve
-        kv = usable * gpu_memory_utilization - state
+        kv = usable * gpu_memory_utilization
     else:
         usable = total * gpu_memory_utilization
-        kv = usable - weight_bytes - activation - reserve - state
-    per_block = block_size * kv_bytes_per_token_per_gpu(model, kv_fmt.bytes_per_value, tp)
+        kv = usable - weight_bytes - activation - reserve
+    per_block, per_seq_bytes = block_layout(model, kv_fmt.bytes_per_value, block_size, tp)
+    if draft is not None:
+        per_block += block_size * kv_bytes_per_token_per_gpu(draft, kv_fmt.bytes_per_value, tp)
     blocks = int(kv // per_block) if kv > 0 else 0
     if num_gpu_blocks is not None:
         blocks, kv = num_gpu_blocks, num_gpu_blocks * per_block
-    return MemoryBudget(total, usable, weight_bytes, activation, reserve, state, kv, per_block, blocks,
-                        block_size, num_gpu_blocks is not None, tp, rule)
+    seq_units = -int(-per_seq_bytes // per_block)
+    return MemoryBudget(total, usable, weight_bytes, activation, reserve, per_seq_bytes, kv, per_block, blocks,
+                        block_size, num_gpu_blocks is not None, tp, rule, seq_units)
+
+
+def block_layout(model, bytes_per_value: float, block_size: int, tp: int = 1) -> tuple[float, float]:
+    """(bytes per block, bytes each sequence holds besides its blocks), per GPU.
+
+    A block holds block_size tokens of the full-attention layers. Sliding-window layers keep at
+    most their window (plus the block being filled) of each sequence, and linear-attention layers
+    a fixed recurrent state: both are per-sequence memory, taken when a sequence is admitted and
+    returned when it leaves (vLLM V1's hybrid allocator frees out-of-window blocks likewise;
+    capsim holds the whole window from the start, erring on the safe side for short contexts).
+    A model with only sliding-window layers pages them like full ones (no window saving)."""
+    full_v, sliding_v = arch.kv_values_per_token(model)
+    share = 1.0 if model.mla else max(1.0, model.num_kv_heads / tp) / model.num_kv_heads
+    full_t, sliding_t = full_v * share * bytes_per_value, sliding_v * share * bytes_per_value
+    state = arch.state_bytes_per_sequence(model) / tp
+    if full_t == 0:
+        return block_size * sliding_t, state
+    window = model.sliding_window_tokens or 0
+    window_bytes = (-(-window // block_size) + 1) * block_size * sliding_t if sliding_t else 0.0
+    return block_size * full_t, state + window_bytes
 
 
 def kv_bytes_per_token_per_gpu(model, bytes_per_value: float, tp: int = 1) -> float:

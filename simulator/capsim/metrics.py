@@ -50,11 +50,12 @@ class StepLog:
     DTYPES = (np.float64, np.float64, np.int16, np.int32, np.int32, np.int32, np.int32, np.int8, np.float64,
               np.float64, np.int32, np.int64, np.int64, np.int32, np.int16, np.int32)
 
-    def __init__(self, block_size: int = 1) -> None:
+    def __init__(self, block_size: int = 1, schedule=None) -> None:
         self.block_size = block_size  # 1: contiguous (units are tokens, nothing grows in a segment)
+        self.schedule = schedule  # tokens a decoder gains per step (None: one; see capsim.speculative)
         self.rows = 0
         self._single = _Rows(len(self.COLUMNS))
-        self._segments = _Rows(12)
+        self._segments = _Rows(13)
         self._ends = array("d")  # every segment's step end times, flat
         self._residues = _Rows(block_size)
         self._no_residues = (0,) * block_size
@@ -74,7 +75,7 @@ class StepLog:
 
     def add_segment(self, ends, start_s: float, *, replica: int, num_seqs: int, slots: int, used0: int,
                     residues: tuple[int, ...] | None, stored0: int, waiting, ctx_full0: int,
-                    ctx_sliding0: int, below_window: int, shared: int = 0) -> None:
+                    ctx_sliding0: int, below_window: int, shared: int = 0, step0: int = 0) -> None:
         """len(ends) decode steps of num_seqs sequences from start_s. Step j (1..k) attends
         ctx_full0 + num_seqs*j positions (ctx_sliding0 + below_window*j in sliding layers),
         holds used0 + the blocks `residues` add over j steps and stored0 + num_seqs*j tokens;
@@ -88,7 +89,7 @@ class StepLog:
             self._waiting_steps[len(self._segments)] = waiting
             waiting = 0
         self._segments.add((k, start_s, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0, ctx_sliding0,
-                            below_window, shared))
+                            below_window, shared, step0))
         self._residues.add(residues or self._no_residues)
         self.rows += k
 
@@ -122,17 +123,24 @@ class StepLog:
         before = np.roll(ends, 1)
         before[first] = seg[:, 1]
         n = per_step(3)
-        detail = pricer(n, (per_step(8) + n * j).astype(np.float64), (per_step(9) + per_step(10) * j).astype(np.float64))
-        used = per_step(5) + self._growth(which, j, n)
+        gained, offset = j, j  # tokens gained by step j, and where its first new token sits
+        if self.schedule is not None and not self.schedule.single:
+            step0 = per_step(12)
+            gained = self.schedule.total(step0 + j) - self.schedule.total(step0)
+            offset = self.schedule.total(step0 + j - 1) - self.schedule.total(step0) + 1
+        detail = pricer(n, (per_step(8) + n * offset).astype(np.float64),
+                        (per_step(9) + per_step(10) * offset).astype(np.float64))
+        used = per_step(5) + self._growth(which, gained, n)
         waiting = per_step(7)
         for index, steps in self._waiting_steps.items():
             waiting[first[index]:first[index] + ks[index]] = steps
         zeros = np.zeros(len(j), dtype=np.int32)
         return {
             "end_s": ends, "duration_s": ends - before, "replica": per_step(2), "num_seqs": n, "slots": per_step(4),
-            "prefill_tokens": zeros, "decode_tokens": n, "bound": detail.bound, "flops": detail.flops,
+            "prefill_tokens": zeros, "decode_tokens": n * _per_step_gain(gained, j),
+            "bound": detail.bound, "flops": detail.flops,
             "bytes": detail.bytes, "kv_used_units": used, "kv_held_tokens": used * self.block_size,
-            "kv_stored_tokens": per_step(6) + n * j, "waiting": waiting, "preempted": zeros,
+            "kv_stored_tokens": per_step(6) + n * gained, "waiting": waiting, "preempted": zeros,
             "kv_shared_units": per_step(11),
         }
 
@@ -145,6 +153,14 @@ class StepLog:
         residues = self._residues.matrix().astype(np.int64)
         prefix = np.concatenate((np.zeros((len(residues), 1), dtype=np.int64), np.cumsum(residues, axis=1)), axis=1)
         return (j // bs) * n + prefix[which, j % bs]
+
+
+def _per_step_gain(gained: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Tokens gained in each step from the running totals (a segment's first step: its total)."""
+    step = np.diff(gained, prepend=0)
+    first = j == 1
+    step[first] = gained[first]
+    return step
 
 
 class RequestLog:

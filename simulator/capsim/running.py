@@ -17,12 +17,19 @@ import heapq
 from itertools import accumulate
 
 from capsim.request import Request
+from capsim.speculative import TokenSchedule
 
 
 class RunningSet:
-    def __init__(self, block_size: int, window: int = 0, num_classes: int = 1) -> None:
+    def __init__(self, block_size: int, window: int = 0, num_classes: int = 1,
+                 schedule: TokenSchedule | None = None) -> None:
         self.order: list[Request] = []  # admission order, oldest first (all running requests)
+        # `tick` counts the tokens every decoder has gained, `steps` the decode steps: the same
+        # unless speculative decoding gains several tokens a step (capsim.speculative).
+        self.schedule = schedule or TokenSchedule()
+        self.single = self.schedule.single
         self.tick = 0
+        self.steps = 0
         self.last_decode_end_s = 0.0  # when the decoding requests last emitted together
         self.bs, self.window = block_size, window
         self._tick0: dict[int, int] = {}  # decoding request id -> tick its counters were written
@@ -113,14 +120,23 @@ class RunningSet:
             self.below_sum -= base
 
     def sync(self, req: Request) -> None:
-        """Write a decoding request's live counters into its fields."""
+        """Write a decoding request's live counters into its fields (a speculative step that
+        gains more tokens than it still wants keeps only those)."""
         rid = req.id
         delta = self.tick - self._tick0[rid]
         if delta:
             req.computed_tokens += delta
             req.generated_tokens += delta
+            extra = req.generated_tokens - req.output_tokens
+            if extra > 0:
+                req.generated_tokens -= extra
+                req.computed_tokens -= extra
             req.last_token_s = self.last_decode_end_s
             self._tick0[rid] = self.tick
+
+    def tokens_ahead(self, k: int) -> int:
+        """Tokens each decoder gains over the next k decode steps."""
+        return k if self.single else self.schedule.ahead(self.steps, k)
 
     def decoders(self) -> list[Request]:
         """All running requests in admission order, decoding ones synced."""
@@ -129,14 +145,18 @@ class RunningSet:
         return self.order
 
     def context_sum(self, steps_ahead: int = 1) -> int:
-        """Sum over decoders of the context each attends to `steps_ahead` steps from now."""
-        return self.base_sum + self.num_decoding * (self.tick + steps_ahead)
+        """Sum over decoders of the context each attends to `steps_ahead` steps from now (the
+        first token it computes in that step)."""
+        return self.base_sum + self.num_decoding * (self.tick + self._offset(steps_ahead))
+
+    def _offset(self, steps_ahead: int) -> int:
+        return steps_ahead if self.single or steps_ahead == 0 else self.tokens_ahead(steps_ahead - 1) + 1
 
     def sliding_context_sum(self, steps_ahead: int = 1) -> int:
         """As context_sum, each capped at the sliding window (valid for steps before steps_to_window)."""
         self._move_crossed()
         above = self.num_decoding - len(self._below)
-        return self.below_sum + len(self._below) * (self.tick + steps_ahead) + self.window * above
+        return self.below_sum + len(self._below) * (self.tick + self._offset(steps_ahead)) + self.window * above
 
     def num_above_window(self) -> int:
         self._move_crossed()
@@ -149,7 +169,10 @@ class RunningSet:
         heap = self._finish
         while heap and not self._live(heap[0][1], heap[0][2]):
             heapq.heappop(heap)
-        return heap[0][0] - self.tick if heap else 1 << 62
+        if not heap:
+            return 1 << 62
+        tokens = heap[0][0] - self.tick
+        return tokens if self.single else self.schedule.steps_for(self.steps, tokens)
 
     def finishing(self) -> list[Request]:
         """Decoders that have all their tokens at the current tick (popped from the heap)."""
@@ -167,7 +190,10 @@ class RunningSet:
         if not self.window:
             return 1 << 62
         self._move_crossed()
-        return self._cross[0][0] - self.tick if self._cross else 1 << 62
+        if not self._cross:
+            return 1 << 62
+        tokens = self._cross[0][0] - self.tick
+        return tokens if self.single else max(1, self.schedule.steps_for(self.steps, tokens) - 1)
 
     def _move_crossed(self) -> None:
         """Decoders whose next step would attend past the window now count as `window`."""
@@ -180,9 +206,15 @@ class RunningSet:
 
     def new_blocks(self, k: int) -> int:
         """Blocks the decoders need over the next k steps (one each time a block fills)."""
-        bs = self.bs
+        if not self.single:
+            return self._blocks_over(self.tokens_ahead(k))
         if k == 1:
-            return self.hist[self.tick % bs]
+            return self.hist[self.tick % self.bs]
+        return self._blocks_over(k)
+
+    def _blocks_over(self, k: int) -> int:
+        """Blocks the decoders need while each gains k more tokens."""
+        bs = self.bs
         prefix = self._prefix
         if prefix is None:
             prefix = self._prefix = [0, *accumulate(self.hist + self.hist)]
@@ -195,6 +227,12 @@ class RunningSet:
         n = self.num_decoding
         if self.new_blocks(k_max) <= free_blocks:
             return k_max
+        if not self.single:  # several tokens a step: search over steps
+            lo, hi = 0, k_max
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if self.new_blocks(mid) <= free_blocks else (lo, mid)
+            return lo
         cycles = free_blocks // n if n else 0
         left = free_blocks - cycles * n
         k = cycles * self.bs
@@ -208,8 +246,9 @@ class RunningSet:
         return min(k, k_max)
 
     def advance(self, k: int, end_s: float) -> None:
-        """Every decoder gained k tokens; the last of them at end_s."""
-        self.tick += k
+        """Every decoder went through k more decode steps, the last ending at end_s."""
+        self.tick += self.tokens_ahead(k)
+        self.steps += k
         self.last_decode_end_s = end_s
 
     def residues(self) -> tuple[int, ...]:

@@ -31,10 +31,21 @@ class Scheduler:
 
     kind = ""
 
-    def __init__(self, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int) -> None:
+    def __init__(self, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
+                 steps_per_schedule: int = 1) -> None:
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
+        # Multi-step scheduling (vLLM 0.6 --num-scheduler-steps): while requests decode, the
+        # batch is only re-formed every this many decode steps, so newcomers wait for the boundary.
+        self.steps_per_schedule = steps_per_schedule
+
+    def _between_schedules(self, running: RunningSet) -> int:
+        """Decode steps left before the next multi-step boundary (0: at a boundary, or idle)."""
+        n = self.steps_per_schedule
+        if n == 1 or not running.num_decoding:
+            return 0
+        return -running.steps % n
 
     def schedule(self, waiting: Sequence[Request], running: RunningSet, kv: Allocator) -> StepPlan:
         raise NotImplementedError
@@ -100,10 +111,13 @@ class Scheduler:
             i += 1
         return free, budget
 
-    def _admit(self, waiting, kv: Allocator, plan: StepPlan, free: int, budget: int, whole_prompt: bool) -> bool:
+    def _admit(self, waiting, running: RunningSet, kv: Allocator, plan: StepPlan, free: int, budget: int,
+               whole_prompt: bool) -> bool:
         """Admit waiting requests FCFS while seats, budget and memory allow. Returns True when the
         queue ran out (so a new arrival could be admitted next step), False when admission is
         blocked (a new arrival would only queue behind)."""
+        if waiting and self._between_schedules(running):
+            return False  # mid multi-step window: nobody joins until the boundary
         seqs = plan.num_seqs
         for req in waiting:
             reason = self.reject_reason(req, kv)
@@ -138,7 +152,10 @@ class Scheduler:
         if plan.num_decodes != len(running):
             return
         plan.decode_only = True
-        plan.repeat_steps = max(1, kv.max_decode_steps(running, running.steps_to_first_finish()))
+        k = kv.max_decode_steps(running, running.steps_to_first_finish())
+        if self.steps_per_schedule > 1:  # a multi-step boundary ends a macro-step: the batch re-forms there
+            k = min(k, self._between_schedules(running) or self.steps_per_schedule)
+        plan.repeat_steps = max(1, k)
 
 
 class StaticScheduler(Scheduler):
@@ -150,7 +167,7 @@ class StaticScheduler(Scheduler):
             self._plan_running(running, kv, plan, UNLIMITED)
             self._set_repeat(plan, running, kv)
             return plan
-        plan.wake_on_arrival = self._admit(waiting, kv, plan, kv.free_units, UNLIMITED, whole_prompt=True)
+        plan.wake_on_arrival = self._admit(waiting, running, kv, plan, kv.free_units, UNLIMITED, whole_prompt=True)
         return plan
 
 
@@ -162,7 +179,7 @@ class ContinuousScheduler(Scheduler):
         free, budget = self._plan_running(running, kv, plan, self.max_num_batched_tokens)
         if plan.preempted:
             return plan  # as vLLM: no admissions in a step that had to preempt
-        plan.wake_on_arrival = self._admit(waiting, kv, plan, free, budget, whole_prompt=True)
+        plan.wake_on_arrival = self._admit(waiting, running, kv, plan, free, budget, whole_prompt=True)
         self._set_repeat(plan, running, kv)
         return plan
 
@@ -175,7 +192,7 @@ class ChunkedPrefillScheduler(Scheduler):
         free, budget = self._plan_running(running, kv, plan, self.max_num_batched_tokens)
         if plan.preempted:
             return plan
-        plan.wake_on_arrival = self._admit(waiting, kv, plan, free, budget, whole_prompt=False)
+        plan.wake_on_arrival = self._admit(waiting, running, kv, plan, free, budget, whole_prompt=False)
         self._set_repeat(plan, running, kv)
         return plan
 

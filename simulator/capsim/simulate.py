@@ -24,6 +24,7 @@ from capsim.kv_cache import ContiguousAllocator, PagedAllocator
 from capsim.memory import MemoryBudget, memory_budget
 from capsim.metrics import per_class, summarize
 from capsim.running import RunningSet
+from capsim.speculative import TokenSchedule
 from capsim.schedulers import SCHEDULERS
 from capsim.workload import build_stream
 
@@ -135,11 +136,12 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
     if allocator == "contiguous" and (samples > 1 or w.prefix_caching):
         raise CapsimError(f"{source}: parallel samples and prefix caching share KV blocks, which needs "
                           "allocator: paged (a contiguous reservation cannot be shared).")
+    draft = load_model(w.speculative.draft_model) if w.speculative and w.speculative.draft_model else None
     memory = memory_budget(
         model, hardware, weights, kv_fmt, block_size=sched.block_size if allocator == "paged" else 1,
         gpu_memory_utilization=w.gpu_memory_utilization, max_num_batched_tokens=budget,
         max_num_seqs=sched.max_num_seqs, realistic=w.mode == "realistic", num_gpu_blocks=w.num_gpu_blocks,
-        engine=engine if w.mode == "realistic" else None, tp=w.tp,
+        engine=engine if w.mode == "realistic" else None, tp=w.tp, draft=draft,
     )
     if memory.num_blocks <= 0:
         raise CapsimError(
@@ -186,13 +188,22 @@ def build_replica(setup: Setup, index: int = 0, num_classes: int = 1) -> Replica
     w, sched = setup.workload, setup.workload.scheduler
     if setup.allocator == "paged":
         watermark = int(sched.watermark * setup.memory.num_blocks)
-        kv = PagedAllocator(setup.memory.num_blocks, sched.block_size, watermark, caching=w.prefix_caching)
+        kv = PagedAllocator(setup.memory.num_blocks, sched.block_size, watermark, caching=w.prefix_caching,
+                            seq_units=setup.memory.seq_units)
     else:
         kv = ContiguousAllocator(setup.memory.num_blocks, setup.max_model_len, w.reserve)
-    scheduler = SCHEDULERS[sched.kind](sched.max_num_seqs, setup.max_num_batched_tokens, setup.max_model_len)
+    multi_step = setup.engine.overhead.steps_per_schedule if setup.engine and w.mode == "realistic" else 1
+    scheduler = SCHEDULERS[sched.kind](sched.max_num_seqs, setup.max_num_batched_tokens, setup.max_model_len,
+                                       steps_per_schedule=multi_step)
+    spec = w.speculative
+    draft = None
+    if spec is not None and spec.draft_model is not None:
+        draft = CostModel(load_model(spec.draft_model), setup.hardware, setup.weights, setup.kv_cache, mode=w.mode,
+                          unit_step_s=0.0, engine=setup.engine, tp=w.tp)
     cost = CostModel(setup.model, setup.hardware, setup.weights, setup.kv_cache, mode=w.mode, unit_step_s=w.unit_step_s,
-                     engine=setup.engine, tp=w.tp)
-    running = RunningSet(kv.block_size, cost.window if w.mode == "realistic" else 0, num_classes)
+                     engine=setup.engine, tp=w.tp, draft_tokens=spec.draft_tokens if spec else 0, draft=draft)
+    schedule = TokenSchedule.for_speculation(spec.draft_tokens, spec.acceptance_rate) if spec else TokenSchedule()
+    running = RunningSet(kv.block_size, cost.window if w.mode == "realistic" else 0, num_classes, schedule)
     swap = None
     if sched.preemption == "swap":
         bytes_per_token = setup.memory.bytes_per_block / setup.memory.block_size

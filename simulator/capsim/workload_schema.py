@@ -183,6 +183,18 @@ class SchedulerConfig(Frozen):
     watermark: float = Field(0.01, ge=0, lt=1, description="share of blocks kept free when admitting (vLLM)")
 
 
+class Speculative(Frozen):
+    """Speculative decoding: a draft proposes `draft_tokens` per step, each accepted with
+    probability `acceptance_rate`; the target verifies them all in one pass."""
+
+    draft_tokens: int = Field(gt=0, le=16)
+    acceptance_rate: float = Field(gt=0, le=1)
+    draft_model: str | None = Field(
+        None, description="a catalogue model run as the draft (its weights, KV and passes are priced); "
+        "none: a draft that costs nothing measurable (n-gram lookup, or heads folded into the target)"
+    )
+
+
 class SLO(Frozen):
     """Service-level objectives for goodput (vLLM's ttft / tpot / e2el, in ms)."""
 
@@ -231,6 +243,7 @@ class WorkloadConfig(Frozen):
     replicas: int = Field(1, gt=0, description="copies of the server behind a router")
     router: Literal["round_robin", "least_outstanding", "least_kv"] = "round_robin"
     swap_space_gib: float = Field(4.0, ge=0, description="host memory per replica for swapped-out KV (vLLM --swap-space)")
+    speculative: Speculative | None = None
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadConfig:

@@ -1,0 +1,58 @@
+"""Speculative decoding: the token schedule, and its effect on steps, TPOT and step cost."""
+
+import pytest
+from conftest import workload
+
+from capsim.simulate import simulate
+from capsim.speculative import TokenSchedule, expected_tokens
+
+
+def test_expected_tokens_per_step():
+    # Leviathan et al. 2023, eq. 1: (1 - a^(k+1)) / (1 - a)
+    assert expected_tokens(3, 0.8) == pytest.approx((1 - 0.8**4) / 0.2)
+    assert expected_tokens(4, 1.0) == 5.0
+    assert expected_tokens(1, 0.5) == pytest.approx(1.5)
+
+
+def test_schedule_is_whole_tokens_with_the_right_mean():
+    s = TokenSchedule.for_speculation(1, 0.5)  # 1.5 tokens a step: 1, 2, 1, 2, ...
+    assert [s.total(j) for j in range(7)] == [0, 1, 3, 4, 6, 7, 9]
+    assert s.ahead(2, 3) == s.total(5) - s.total(2) == 4
+    assert s.steps_for(0, 6) == 4 and s.steps_for(1, 1) == 1 and s.steps_for(0, 7) == 5
+    assert TokenSchedule().single and s.total(1000) == 1500
+
+
+def test_unit_steps_with_two_tokens_a_step(round_gpu_file):
+    # one draft token always accepted: 2 tokens per verification step. 10 output tokens: the
+    # prefill step gives the first, then 9 more in 5 steps (the last one keeps 1 of its 2).
+    w = workload(round_gpu_file, mode="unit", requests=1, arrivals={"kind": "all_at_once"},
+                 prompt_tokens={"dist": "fixed", "value": 16}, output_tokens={"dist": "fixed", "value": 10},
+                 speculative={"draft_tokens": 1, "acceptance_rate": 1.0})
+    r = simulate(w)
+    row = r.requests.iloc[0]
+    assert r.summary["num_steps"] == 6 and row["generated_tokens"] == 10
+    assert row["ttft_ms"] == 1000.0 and row["e2el_ms"] == 6000.0
+    assert row["tpot_ms"] == pytest.approx(5000.0 / 9)
+    assert list(r.steps["decode_tokens"]) == [0, 2, 2, 2, 2, 2]  # tokens gained per step (the last keeps 1)
+
+
+def test_speculation_cuts_tpot_and_the_draft_costs_time(round_gpu_file):
+    base = dict(requests=1, arrivals={"kind": "all_at_once"}, prompt_tokens={"dist": "fixed", "value": 500},
+                output_tokens={"dist": "fixed", "value": 200})
+    plain = simulate(workload(round_gpu_file, **base)).summary
+    spec = simulate(workload(round_gpu_file, speculative={"draft_tokens": 3, "acceptance_rate": 0.8}, **base)).summary
+    assert spec["num_steps"] < plain["num_steps"] / 2.5  # ~2.95 tokens a step
+    assert spec["mean_tpot_ms"] < plain["mean_tpot_ms"] / 2
+    drafted = simulate(workload(round_gpu_file, speculative={"draft_tokens": 3, "acceptance_rate": 0.8,
+                                                             "draft_model": "llama-2-7b"}, **base)).summary
+    assert drafted["num_steps"] == spec["num_steps"] and drafted["mean_tpot_ms"] > spec["mean_tpot_ms"]
+
+
+@pytest.mark.parametrize("draft", [None, "llama-2-7b"])
+def test_speculative_macro_steps_are_exact(round_gpu_file, draft):
+    w = workload(round_gpu_file, speculative={"draft_tokens": 4, "acceptance_rate": 0.7, "draft_model": draft},
+                 num_gpu_blocks=200)
+    macro, step = simulate(w), simulate(w, macro_steps=False)
+    assert macro.summary_json() == step.summary_json()
+    assert macro.requests.equals(step.requests) and macro.steps.equals(step.steps)
+    assert macro.summary["completed"] == 40
