@@ -2,7 +2,7 @@
 
     python benchmarks/sim_once.py '{"workload": "workloads/bench-10k.yaml", "overrides": {}, "macro_steps": true}'
 
-Prints one JSON line: import_s (importing capsim.simulate: numpy, pandas, SimPy, pydantic),
+Prints one JSON line: import_s (importing capsim.simulation: numpy, pandas, SimPy, pydantic),
 sim_s (the simulate() call alone: workload, engine run, result frames and summary), the run's
 request and step counts, and events (SimPy events the run scheduled). Peak RSS is taken by the
 parent from this process's rusage, so it covers imports, the run and its result.
@@ -55,7 +55,7 @@ def main(spec: dict) -> dict:
     start = time.perf_counter()
     envs: list = []
     _count_environments(envs)
-    from capsim.simulate import simulate
+    from capsim.simulation import simulate
 
     imported = time.perf_counter()
     result = simulate(spec["workload"], macro_steps=spec.get("macro_steps", True), **spec.get("overrides", {}))

@@ -3,7 +3,7 @@
 from conftest import workload
 
 from capsim.console import csv_table, markdown_table, result_block
-from capsim.simulate import simulate
+from capsim.simulation import simulate
 
 
 def test_result_block_uses_vllm_line_names(round_gpu_file):

@@ -9,7 +9,7 @@ from conftest import workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from capsim.simulate import simulate
+from capsim.simulation import simulate
 
 
 def test_seed_example_static_17_steps_continuous_12(round_gpu_file):

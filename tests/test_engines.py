@@ -9,7 +9,7 @@ from capsim.cost_model import CostModel
 from capsim.engines import EngineProfile, engine_catalog, load_engine
 from capsim.errors import CapsimError
 from capsim.formats import get_format
-from capsim.simulate import resolve
+from capsim.simulation import resolve
 
 ENGINE_FIELDS_WITH_NUMBERS = ("scheduler", "overhead", "kernels_per_layer", "kernel_efficiency", "memory")
 
@@ -108,7 +108,7 @@ def test_fp16_accumulate_engines_get_the_geforce_fp16_accumulate_peak():
 
 
 def test_macro_steps_equal_step_by_step_with_an_engine_and_tp(round_gpu_file):
-    from capsim.simulate import simulate
+    from capsim.simulation import simulate
 
     w = workload(round_gpu_file, engine="vllm@0.6-ms10", tp=2, requests=30,
                  scheduler={"kind": "continuous", "max_num_seqs": 8, "block_size": 4})

@@ -8,7 +8,7 @@ from capsim.cost_model import CostModel
 from capsim.formats import get_format
 from capsim.plan import StepPlan
 from capsim.request import Request
-from capsim.simulate import simulate
+from capsim.simulation import simulate
 
 
 def _trace(tmp_path, rows):

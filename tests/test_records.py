@@ -4,7 +4,7 @@ import pytest
 from conftest import unit_workload, workload
 
 from capsim.records import Task, evaluate, record
-from capsim.simulate import simulate
+from capsim.simulation import simulate
 
 
 def test_record_by_hand(priced_gpu_file):

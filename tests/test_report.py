@@ -9,9 +9,9 @@ from capsim.errors import CapsimError
 from capsim.report import (batch_over_time, kv_memory, latency_cdfs, plot_run_dir, save, setup_title, slot_gantt,
                            slot_intervals)
 from capsim.report_planning import batch_figure, compare_figure, latency_vs_load, plot_saved
-from capsim.simulate import simulate
+from capsim.simulation import simulate
 from capsim.slo import Objectives
-from capsim.sweep import compare, sweep
+from capsim.sweeps import compare, sweep
 
 SEED_EXAMPLE = {"mode": "unit", "arrivals": {"kind": "all_at_once"}, "requests": 8,
                 "prompt_tokens": {"dist": "fixed", "value": 16},
@@ -137,7 +137,7 @@ def test_save_writes_png_and_an_svg_without_a_date(static_run, tmp_path):
 
 
 def test_plot_saved_compare_and_capacity_from_their_files(priced_gpu_file, tmp_path):
-    from capsim.capacity import capacity
+    from capsim.capacity_search import capacity
 
     w = unit_workload(priced_gpu_file, requests=40)
     compare(w, kv_cache=["fp16", "q8_0"], workers=1).write(tmp_path / "c")

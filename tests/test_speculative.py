@@ -3,7 +3,7 @@
 import pytest
 from conftest import workload
 
-from capsim.simulate import simulate
+from capsim.simulation import simulate
 from capsim.speculative import TokenSchedule, expected_tokens
 
 

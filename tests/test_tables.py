@@ -64,7 +64,7 @@ def test_utilisation_example_through_the_schedulers():
 def test_the_bundled_seed_workload_is_the_tables_one():
     from pathlib import Path
 
-    from capsim.simulate import load_workload
+    from capsim.simulation import load_workload
     from capsim.tables import SEED_UTILISATION
 
     path = Path(__file__).parents[1] / "workloads" / "seed-utilisation.yaml"

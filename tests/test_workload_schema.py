@@ -40,7 +40,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from capsim.errors import CapsimError as _Error  # noqa: E402
-from capsim.simulate import simulate  # noqa: E402
+from capsim.simulation import simulate  # noqa: E402
 
 _VALID = {
     "model": "llama-3.1-8b", "gpu": "h100", "weights": "bf16", "kv_cache": "fp8",

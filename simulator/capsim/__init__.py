@@ -7,21 +7,18 @@
     capsim.capacity("workloads/chat.yaml", capsim.parse_objectives(["ttft_p99_ms=2000"]), gpu="rtx4090")
 
 Names are imported on first use (module __getattr__), so `import capsim` stays cheap: no pandas,
-SimPy or matplotlib until something needs them. `capsim.simulate`, `capsim.sweep` and
-`capsim.capacity` are the functions, even though modules of the same names exist (the import
-system is kept from rebinding them); import from the modules as `from capsim.sweep import ...`.
+SimPy or matplotlib until something needs them. The functions `simulate`, `sweep` and `capacity`
+live in the modules `capsim.simulation`, `capsim.sweeps` and `capsim.capacity_search`.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 
 _EXPORTS = {
     # one run
-    "simulate": "capsim.simulate", "load_workload": "capsim.simulate", "apply_overrides": "capsim.simulate",
-    "RunResult": "capsim.simulate",
+    "simulate": "capsim.simulation", "load_workload": "capsim.simulation", "apply_overrides": "capsim.simulation",
+    "RunResult": "capsim.simulation",
     # catalogues
     "load_hardware": "capsim.catalog", "load_model": "capsim.catalog", "hardware_catalog": "capsim.catalog",
     "model_catalog": "capsim.catalog",
@@ -30,8 +27,8 @@ _EXPORTS = {
     "batch_table": "capsim.tables", "kv_capacity_table": "capsim.tables", "kv_per_token_table": "capsim.tables",
     "paged_waste_table": "capsim.tables", "utilisation_table": "capsim.tables", "batch_curves": "capsim.curves",
     # capacity planning
-    "compare": "capsim.sweep", "sweep": "capsim.sweep", "parse_range": "capsim.sweep", "CompareResult": "capsim.sweep",
-    "SweepResult": "capsim.sweep", "capacity": "capsim.capacity", "CapacityResult": "capsim.capacity",
+    "compare": "capsim.sweeps", "sweep": "capsim.sweeps", "parse_range": "capsim.sweeps", "CompareResult": "capsim.sweeps",
+    "SweepResult": "capsim.sweeps", "capacity": "capsim.capacity_search", "CapacityResult": "capsim.capacity_search",
     "run_seeds": "capsim.confidence", "SeedsResult": "capsim.confidence", "Objectives": "capsim.slo",
     "parse_objectives": "capsim.slo", "usd_per_million_tokens": "capsim.costs", "Runner": "capsim.parallel",
     # plots
@@ -53,16 +50,3 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
-
-
-class _Package(types.ModuleType):
-    """Keeps an exported function (simulate, sweep, capacity) from being replaced by the submodule
-    of the same name when that submodule is imported."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == value.__name__:
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

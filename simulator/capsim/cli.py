@@ -91,7 +91,7 @@ def run(
 ) -> None:
     """Simulate a workload on a GPU and print vLLM's benchmark result block plus capsim's lines."""
     from capsim.console import result_block
-    from capsim.simulate import simulate
+    from capsim.simulation import simulate
 
     overrides = dict(gpu=gpu, model=model, weights=weights, kv_cache=kv_cache, scheduler=scheduler, allocator=allocator,
                      rate=rate, requests=requests, seed=seed, max_num_seqs=max_num_seqs, mode=mode, horizon_s=horizon,
@@ -266,7 +266,7 @@ def compare(
 ) -> None:
     """One row per combination of the repeated options: KV sequences that fit, throughput, TTFT
     and TPOT p50/p99, KV utilisation, $ per 1M output tokens."""
-    from capsim.sweep import compare as run_compare
+    from capsim.sweeps import compare as run_compare
     from capsim.views import compare_view, title
 
     grid = {k: v for k, v in dict(gpu=gpu, model=model, weights=weights, kv_cache=kv_cache, scheduler=scheduler,
@@ -297,7 +297,7 @@ def sweep(
     fmt: FormatOpt = TableFormat.table, out_dir: OutOpt = None, plots: PlotsOpt = None,
 ) -> None:
     """Latency against load: one simulation per request rate (or number of closed-loop users)."""
-    from capsim.sweep import parse_range, sweep as run_sweep
+    from capsim.sweeps import parse_range, sweep as run_sweep
     from capsim.views import sweep_view, title
 
     if (rate is None) == (users is None):
@@ -337,7 +337,7 @@ def capacity(
 ) -> None:
     """The highest request rate (or users) meeting every SLO, by a bracketing search, with the
     goodput and $ per 1M tokens there; --target-rate R: how many replicas for R requests/s."""
-    from capsim.capacity import capacity as run_capacity
+    from capsim.capacity_search import capacity as run_capacity
     from capsim.views import capacity_view, points_view, rich
 
     grid = {k: v for k, v in dict(gpu=gpu, kv_cache=kv_cache, weights=weights).items() if v}

@@ -111,7 +111,7 @@ def explain_run(result) -> str:
     """The working for a run's typical decode step (its mean batch size at the requests' mean
     context halfway through their answers) and a typical prefill chunk (the step token budget
     or the mean prompt, whichever is smaller)."""
-    from capsim.simulate import build_replica
+    from capsim.simulation import build_replica
 
     cm = build_replica(result.setup).cost
     s, req = result.summary, result.requests

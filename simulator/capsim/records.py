@@ -45,7 +45,7 @@ class Task:
 
 def evaluate(task: Task):
     """Run the task's simulation -> its record (and the RunResult when task.keep_run)."""
-    from capsim.simulate import simulate
+    from capsim.simulation import simulate
 
     result = simulate(task.workload, macro_steps=task.macro_steps, **task.overrides)
     rec = record(result, task.goodput_ms, task.price, task.labels)

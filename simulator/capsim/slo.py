@@ -126,7 +126,7 @@ def objectives_for(workload, texts: list[str] | None, goodput_share: float = DEF
     slo = None
     if not texts:
         if isinstance(workload, (str, Path)):
-            from capsim.simulate import load_workload
+            from capsim.simulation import load_workload
 
             workload = load_workload(workload)
         slo = workload.slo

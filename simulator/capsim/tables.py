@@ -238,7 +238,7 @@ def utilisation_table() -> DocTable:
     """The explainer's slot-step example run through the real schedulers (static vs continuous)."""
     from capsim.config import validate
     from capsim.workload_schema import WorkloadConfig
-    from capsim.simulate import simulate
+    from capsim.simulation import simulate
 
     workload = validate(WorkloadConfig, SEED_UTILISATION, "seed-utilisation")
     rows = []

@@ -77,7 +77,7 @@ def load_points(suite: Path) -> list[dict]:
 
 def run_point(point: dict) -> Outcome:
     """Simulate one point (never raises for a point: failures are reported as such)."""
-    from capsim.simulate import simulate
+    from capsim.simulation import simulate
 
     base = dict(id=point["id"], file=point["_file"], group=point["group"], engine=str(point["engine"]),
                 gpu=str(point["gpu"]), tp=int(point.get("tp") or 1), model=str(point["model"]),

@@ -199,7 +199,7 @@ def text(view: tuple[list[str], list[list[str]], list[str]]) -> str:
 
 
 def frame_json(frame: pd.DataFrame, meta: dict) -> str:
-    from capsim.sweep import json_rows
+    from capsim.sweeps import json_rows
 
     return json.dumps(meta | {"rows": json_rows(frame)}, indent=2) + "\n"
 

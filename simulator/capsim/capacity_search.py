@@ -32,7 +32,7 @@ from capsim.errors import CapsimError
 from capsim.parallel import Runner
 from capsim.records import Task, evaluate
 from capsim.slo import Objectives
-from capsim.sweep import COMPARE_FIRST, GRID_KEYS, order_columns, prepare, with_users, write_frames
+from capsim.sweeps import COMPARE_FIRST, GRID_KEYS, order_columns, prepare, with_users, write_frames
 
 MAX_DOUBLINGS = 20  # give up bracketing after 2^20 x the start load (up or down)
 MAX_EXTRA_REPLICAS = 4

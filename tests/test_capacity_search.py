@@ -5,7 +5,7 @@ import math
 import pytest
 from conftest import unit_workload
 
-from capsim.capacity import Search, capacity
+from capsim.capacity_search import Search, capacity
 from capsim.errors import CapsimError
 from capsim.slo import Objectives, parse_objectives
 

@@ -8,7 +8,7 @@ from conftest import unit_workload, workload
 
 from capsim.errors import CapsimError
 from capsim.slo import Objectives
-from capsim.sweep import compare, parse_range, sweep
+from capsim.sweeps import compare, parse_range, sweep
 
 
 @pytest.mark.parametrize("text, integer, values", [
@@ -99,7 +99,7 @@ def dask_cluster():
 
 
 def test_dask_cluster_gives_the_serial_results_exactly(dask_cluster, priced_gpu_file, tmp_path):
-    from capsim.capacity import capacity
+    from capsim.capacity_search import capacity
 
     w = unit_workload(priced_gpu_file, requests=60)
     serial = sweep(w, rates=[20.0, 60.0, 120.0], workers=1)

@@ -6,7 +6,7 @@ import pytest
 from conftest import workload
 
 from capsim.errors import CapsimError
-from capsim.simulate import apply_overrides, resolve, simulate
+from capsim.simulation import apply_overrides, resolve, simulate
 
 WORKLOADS = Path(__file__).parents[1] / "workloads"
 

@@ -32,7 +32,7 @@ def prepare(workload, overrides: dict, check: bool = True):
     """Load a workload once, make its file references absolute (workers may run in another
     directory), and check the overrides resolve (errors surface before anything is sent out).
     Returns (WorkloadConfig, the overrides that were given)."""
-    from capsim.simulate import apply_overrides, load_workload, resolve
+    from capsim.simulation import apply_overrides, load_workload, resolve
 
     if isinstance(workload, (str, Path)):
         source, base = str(workload), Path(workload).resolve().parent
