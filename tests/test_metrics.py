@@ -7,7 +7,8 @@ from conftest import make_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capsim.metrics import GapLog, RequestLog, StepLog, distribution, summarize, weighted_percentile
+from capsim.metrics import GapLog, RequestLog, distribution, summarize, weighted_percentile
+from capsim.step_log import StepLog, step_totals
 
 
 @settings(max_examples=200, deadline=None)
@@ -50,7 +51,7 @@ def test_summary_counts_throughput_and_kv_utilisation():
         steps.add(end, 1.0, 0, 1, 4, 0, 1, 1, 1e12, 1e9, 2, 32, stored, 0, 0, 0)
     gaps = GapLog()
     gaps.add(0.1, 10)
-    s = summarize(log.frame(), steps.frame(), gaps.arrays(), duration_s=4.0, peak_flops=1e12,
+    s = summarize(log.frame(), step_totals(steps._single_columns()), gaps.arrays(), duration_s=4.0, peak_flops=1e12,
                   bandwidth_bytes_per_s=1e9, kv_capacity_tokens=64)
     assert s["completed"] == 1 and s["rejected"] == 1 and s["arrived"] == 2 and s["unfinished"] == 0
     assert s["rejected_reasons"] == {"too_long": 1}
@@ -71,22 +72,3 @@ def test_gap_log_expands_segments():
     gaps, counts, classes = g.arrays(np.array([10.0, 13.0, 17.0, 20.0, 21.0]))  # the StepLog's segment ends
     entries = sorted(zip(gaps.tolist(), counts.tolist(), classes.tolist()))
     assert entries == [(1.0, 1, 1), (1.0, 2, 0), (1.0, 2, 0), (2.0, 1, 1), (3.0, 5, 0), (4.0, 5, 0)]
-
-
-def test_step_log_expands_a_macro_segment():
-    log = StepLog(block_size=4)
-    log.add(1.0, 1.0, 0, 2, 8, 10, 0, 0, 1.0, 1.0, 3, 12, 10, 0, 0, 0)
-    # 5 decode steps of 2 sequences; residues: one of them needs a block at steps 1 and 5, the
-    # other at step 3
-    log.add_segment([2.0, 3.0, 4.0, 5.0, 6.0], 1.0, replica=0, num_seqs=2, slots=8, used0=3,
-                    residues=(1, 0, 1, 0), stored0=10, waiting=0, ctx_full0=10, ctx_sliding0=0, below_window=0)
-
-    def pricer(n, full, sliding):
-        from capsim.cost_model import DecodeSteps
-        return DecodeSteps(None, full * 0 + 7.0, full, np.zeros(len(n), dtype=np.int8))
-
-    df = log.frame(pricer)
-    assert list(df["end_s"]) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0] and list(df["duration_s"]) == [1.0] * 6
-    assert list(df["kv_used_units"]) == [3, 4, 4, 5, 5, 6]
-    assert list(df["kv_stored_tokens"]) == [10, 12, 14, 16, 18, 20]
-    assert list(df["bytes"])[1:] == [12.0, 14.0, 16.0, 18.0, 20.0]  # the context each step attends

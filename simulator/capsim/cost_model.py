@@ -31,6 +31,7 @@ weights-only traffic, eta_bw = 1, eta_fl = 0.5, no overheads) and `unit` (every 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -333,10 +334,14 @@ class CostModel:
         return t + passes * max(d1 * ctx_full + d0, e1 * ctx_full + e0) if passes else t
 
     def decode_ends(self, n: int, k: int, now: float, ctx_full0: int, ctx_sliding0: int, below: int,
-                    offsets: list[int] | None = None):
-        """End times of k decode steps from `now`: step j (1..k) attends ctx_full0 + n*o_j
+                    offsets: list[int] | None = None, until: float = math.inf):
+        """End times of up to k decode steps from `now`: step j (1..k) attends ctx_full0 + n*o_j
         positions (ctx_sliding0 + below*o_j in sliding layers), o_j = j or offsets[j-1]; times
-        summed in order from `now`."""
+        summed in order from `now`. Stops after the first step ending at or after `until` (the
+        engine would stop the macro-step there anyway; the steps beyond are not priced)."""
+        if until < math.inf and k > 1 and offsets is None:
+            first = self.decode_seconds(n, ctx_full0 + n, ctx_sliding0 + below)  # steps only get longer
+            k = min(k, max(1, int((until - now) / first) + 2))
         if k >= _VECTOR_FROM or self.draft_passes:
             j = np.arange(1, k + 1, dtype=np.int64) if offsets is None else np.asarray(offsets, dtype=np.int64)
             seconds = self.decode_seconds(n, (ctx_full0 + n * j).astype(np.float64),
@@ -350,6 +355,8 @@ class CostModel:
             # decode_seconds inlined: this loop is the simulator's hottest code
             t = t + max(c1 * full + c2 * sliding + c0, m1 * full + m2 * sliding + m0)
             ends.append(t)
+            if t >= until:
+                break
         return ends
 
     def decode_detail(self, n: np.ndarray, ctx_full: np.ndarray, ctx_sliding: np.ndarray) -> DecodeSteps:

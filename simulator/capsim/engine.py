@@ -23,7 +23,8 @@ from simpy.events import Event
 from capsim.arrivals import open_loop, user
 from capsim.cost_model import BOUNDS, CostModel
 from capsim.kv_cache import Allocator, blocks_for
-from capsim.metrics import GapLog, RequestLog, StepLog
+from capsim.metrics import GapLog, RequestLog
+from capsim.step_log import StepLog
 from capsim.outcomes import Outcomes
 from capsim.plan import StepPlan
 from capsim.request import Request
@@ -354,7 +355,8 @@ class Engine:
         below = running.num_decoding - running.num_above_window() if running.window else 0
         ctx_sliding0 = running.sliding_context_sum(0) if running.window else 0
         offsets = None if running.single else [running.tokens_ahead(j) + 1 for j in range(k)]
-        ends = rep.cost.decode_ends(n, k, now, ctx_full0, ctx_sliding0, below, offsets)
+        until = self.next_arrival_s() if plan.wake_on_arrival or len(self.replicas) > 1 else math.inf
+        ends = rep.cost.decode_ends(n, k, now, ctx_full0, ctx_sliding0, below, offsets, until)
         k = self._cap_steps(ends, plan)
         if k == 0:  # the first step crosses the horizon: it never completes
             yield _At(env, float(ends[0]), _LATE)
@@ -371,10 +373,9 @@ class Engine:
         self._decoder_gaps(rep, now, float(ends[0]))
         self.gaps.add_segment(k, tuple(running.class_counts))
         rep.stored_tokens += n * gained
-        self.steps.add_segment(ends, now, replica=rep.index, num_seqs=n, slots=plan.slots, used0=used0,
-                               residues=residues, stored0=stored0 - kv.shared_units * kv.block_size, waiting=waiting,
-                               ctx_full0=ctx_full0, ctx_sliding0=ctx_sliding0, below_window=below,
-                               shared=kv.shared_units, step0=step0)
+        self.steps.add_segment(ends, now, rep.index, n, plan.slots, used0, residues,
+                               stored0 - kv.shared_units * kv.block_size, waiting, ctx_full0, ctx_sliding0, below,
+                               kv.shared_units, step0, kv.state_units)
         self._release(rep, running.finishing(), end)
 
     def _waiting_during(self, rep: Replica, ends, k: int):

@@ -63,10 +63,12 @@ class PagedAllocator:
     def used_units(self) -> int:
         """Blocks some request holds (cached-but-unreferenced blocks count as free), per-sequence
         state included."""
-        return self._fresh - len(self._returned) - len(self._evictable) + self._owed + self._state_units
+        return (self._fresh - len(self._returned) - len(self._evictable) + self._owed
+                + len(self._with_state) * self.seq_units)
 
     @property
-    def _state_units(self) -> int:
+    def state_units(self) -> int:
+        """Blocks' worth held as per-sequence state (sliding windows, recurrent state)."""
         return len(self._with_state) * self.seq_units
 
     @property
@@ -76,12 +78,12 @@ class PagedAllocator:
     @property
     def held_tokens(self) -> int:
         """Token slots in blocks that some request holds (per-sequence state not counted)."""
-        return (self.used_units - self._state_units) * self.block_size
+        return (self.used_units - self.state_units) * self.block_size
 
     def _take(self, n: int) -> list[int]:
         """n block ids: free ones while physical memory lasts (per-sequence state and promised
         blocks take some of it), then the least recently used cached prefixes, evicted."""
-        room = self.num_blocks - self._state_units - self._owed - (self._fresh - len(self._returned))
+        room = self.num_blocks - self.state_units - self._owed - (self._fresh - len(self._returned))
         direct = max(0, min(n, room))
         ids = self._returned[-direct:][::-1] if direct and self._returned else []
         if ids:
@@ -301,6 +303,7 @@ class ContiguousAllocator:
         self._used = 0
         self.caching = False
         self.shared_units = 0
+        self.state_units = 0
 
     @property
     def capacity_tokens(self) -> int:

@@ -15,152 +15,11 @@ from array import array
 import numpy as np
 import pandas as pd
 
+from capsim.step_log import Rows as _Rows
+
 OUTCOMES = ("completed", "rejected", "unfinished")
 BOUND_NAMES = ("compute", "memory", "overhead")
 NAN = float("nan")
-
-
-class _Rows:
-    """Fixed-width numeric rows kept as one flat float64 buffer: 8 bytes a value (a million-
-    request run stays small), one C call per row, one zero-copy matrix at the end. Integers are
-    exact up to 2**53."""
-
-    def __init__(self, width: int) -> None:
-        self.width = width
-        self.data = array("d")
-
-    def __len__(self) -> int:
-        return len(self.data) // self.width
-
-    def add(self, values) -> None:
-        self.data.extend(values)
-
-    def matrix(self) -> np.ndarray:
-        return np.frombuffer(self.data, dtype=np.float64).reshape(-1, self.width)
-
-
-class StepLog:
-    """One row per forward pass, built lazily: a single step is one tuple; a macro-step is one
-    segment (its step end times, and the few numbers every per-step value follows from).
-    `frame()` expands everything at once, vectorised, and orders rows by time."""
-
-    COLUMNS = ("end_s", "duration_s", "replica", "num_seqs", "slots", "prefill_tokens", "decode_tokens",
-               "bound", "flops", "bytes", "kv_used_units", "kv_held_tokens", "kv_stored_tokens", "waiting",
-               "preempted", "kv_shared_units")
-    DTYPES = (np.float64, np.float64, np.int16, np.int32, np.int32, np.int32, np.int32, np.int8, np.float64,
-              np.float64, np.int32, np.int64, np.int64, np.int32, np.int16, np.int32)
-
-    def __init__(self, block_size: int = 1, schedule=None) -> None:
-        self.block_size = block_size  # 1: contiguous (units are tokens, nothing grows in a segment)
-        self.schedule = schedule  # tokens a decoder gains per step (None: one; see capsim.speculative)
-        self.rows = 0
-        self._single = _Rows(len(self.COLUMNS))
-        self._segments = _Rows(13)
-        self._ends = array("d")  # every segment's step end times, flat
-        self._residues = _Rows(block_size)
-        self._no_residues = (0,) * block_size
-        self._waiting_steps: dict[int, np.ndarray] = {}  # segments whose queue changed mid-way
-
-    def __len__(self) -> int:
-        return self.rows
-
-    @property
-    def segment_ends(self) -> np.ndarray:
-        return np.frombuffer(self._ends, dtype=np.float64)
-
-    def add(self, *values) -> None:
-        """One step, the values in COLUMNS order."""
-        self._single.add(values)
-        self.rows += 1
-
-    def add_segment(self, ends, start_s: float, *, replica: int, num_seqs: int, slots: int, used0: int,
-                    residues: tuple[int, ...] | None, stored0: int, waiting, ctx_full0: int,
-                    ctx_sliding0: int, below_window: int, shared: int = 0, step0: int = 0) -> None:
-        """len(ends) decode steps of num_seqs sequences from start_s. Step j (1..k) attends
-        ctx_full0 + num_seqs*j positions (ctx_sliding0 + below_window*j in sliding layers),
-        holds used0 + the blocks `residues` add over j steps and stored0 + num_seqs*j tokens;
-        `waiting` is the queue length (a number, or one per step)."""
-        k = len(ends)
-        if isinstance(ends, np.ndarray):
-            self._ends.frombytes(ends.astype(np.float64, copy=False).tobytes())
-        else:
-            self._ends.extend(ends)
-        if not isinstance(waiting, int):
-            self._waiting_steps[len(self._segments)] = waiting
-            waiting = 0
-        self._segments.add((k, start_s, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0, ctx_sliding0,
-                            below_window, shared, step0))
-        self._residues.add(residues or self._no_residues)
-        self.rows += k
-
-    def frame(self, pricer=None) -> pd.DataFrame:
-        """All rows in time order. `pricer(n, ctx_full, ctx_sliding)` gives the FLOPs, bytes and
-        bound of decode steps (CostModel.decode_detail)."""
-        parts = []
-        if len(self._single):
-            single = self._single.matrix()
-            parts.append({name: single[:, i].astype(dt) for i, (name, dt) in enumerate(zip(self.COLUMNS, self.DTYPES))})
-        if len(self._segments):
-            parts.append(self._expand_segments(pricer))
-        if not parts:
-            return pd.DataFrame({name: np.zeros(0, dtype=dt) for name, dt in zip(self.COLUMNS, self.DTYPES)})
-        cols = {name: np.concatenate([p[name] for p in parts]).astype(dt, copy=False)
-                for name, dt in zip(self.COLUMNS, self.DTYPES)}
-        order = np.lexsort((cols["replica"], cols["end_s"]))
-        return pd.DataFrame({name: col[order] for name, col in cols.items()})
-
-    def _expand_segments(self, pricer) -> dict:
-        seg = self._segments.matrix()  # one row per segment, columns as stored
-        ks = seg[:, 0].astype(np.int64)
-        first = np.cumsum(ks) - ks
-        which = np.repeat(np.arange(len(ks)), ks)
-        j = np.arange(int(ks.sum())) - first[which] + 1  # 1..k within each segment
-
-        def per_step(i, dtype=np.int64):
-            return seg[which, i].astype(dtype)
-
-        ends = np.frombuffer(self._ends, dtype=np.float64)
-        before = np.roll(ends, 1)
-        before[first] = seg[:, 1]
-        n = per_step(3)
-        gained, offset = j, j  # tokens gained by step j, and where its first new token sits
-        if self.schedule is not None and not self.schedule.single:
-            step0 = per_step(12)
-            gained = self.schedule.total(step0 + j) - self.schedule.total(step0)
-            offset = self.schedule.total(step0 + j - 1) - self.schedule.total(step0) + 1
-        detail = pricer(n, (per_step(8) + n * offset).astype(np.float64),
-                        (per_step(9) + per_step(10) * offset).astype(np.float64))
-        used = per_step(5) + self._growth(which, gained, n)
-        waiting = per_step(7)
-        for index, steps in self._waiting_steps.items():
-            waiting[first[index]:first[index] + ks[index]] = steps
-        zeros = np.zeros(len(j), dtype=np.int32)
-        return {
-            "end_s": ends, "duration_s": ends - before, "replica": per_step(2), "num_seqs": n, "slots": per_step(4),
-            "prefill_tokens": zeros, "decode_tokens": n * _per_step_gain(gained, j),
-            "bound": detail.bound, "flops": detail.flops,
-            "bytes": detail.bytes, "kv_used_units": used, "kv_held_tokens": used * self.block_size,
-            "kv_stored_tokens": per_step(6) + n * gained, "waiting": waiting, "preempted": zeros,
-            "kv_shared_units": per_step(11),
-        }
-
-    def _growth(self, which: np.ndarray, j: np.ndarray, n: np.ndarray) -> np.ndarray:
-        """Blocks added by step j of each segment: a block per sequence per block_size steps,
-        the partial cycle read from the segment's residue histogram."""
-        bs = self.block_size
-        if bs == 1:
-            return np.zeros(len(j), dtype=np.int64)
-        residues = self._residues.matrix().astype(np.int64)
-        prefix = np.concatenate((np.zeros((len(residues), 1), dtype=np.int64), np.cumsum(residues, axis=1)), axis=1)
-        return (j // bs) * n + prefix[which, j % bs]
-
-
-def _per_step_gain(gained: np.ndarray, j: np.ndarray) -> np.ndarray:
-    """Tokens gained in each step from the running totals (a segment's first step: its total)."""
-    step = np.diff(gained, prepend=0)
-    first = j == 1
-    step[first] = gained[first]
-    return step
 
 
 class RequestLog:
@@ -298,10 +157,11 @@ def distribution(values_ms: np.ndarray, name: str, counts: np.ndarray | None = N
     return {f"{k}_{name}_ms": float(v) for k, v in zip(keys, stats)}
 
 
-def summarize(requests: pd.DataFrame, steps: pd.DataFrame, gaps: tuple[np.ndarray, ...], *,
+def summarize(requests: pd.DataFrame, steps: dict, gaps: tuple[np.ndarray, ...], *,
               duration_s: float, peak_flops: float, bandwidth_bytes_per_s: float, kv_capacity_tokens: int,
               slo=None, replicas: int = 1) -> dict:
-    """The run's summary: vLLM's benchmark keys first, then capsim's (DESIGN §4)."""
+    """The run's summary: vLLM's benchmark keys first, then capsim's (DESIGN §4). `steps` is
+    StepLog.totals(): the per-step sums."""
     done = requests[requests["outcome"] == "completed"]
     outcome_counts = requests["outcome"].value_counts()
     duration = duration_s if duration_s > 0 else float("nan")
@@ -367,31 +227,25 @@ def _meets_slo(done: pd.DataFrame, slo) -> pd.Series:
     return ok
 
 
-def _step_stats(steps: pd.DataFrame, duration_s: float, peak: float, bandwidth: float, capacity: int,
-                replicas: int) -> dict:
-    n = len(steps)
-    if n == 0:
-        return {"num_steps": 0, "slot_utilisation": 0.0, "kv_utilisation": 0.0, "kv_internal_waste": 0.0,
+def _step_stats(t: dict, duration_s: float, peak: float, bandwidth: float, capacity: int, replicas: int) -> dict:
+    """Utilisation figures from the per-step sums (step_log.step_totals)."""
+    busy = t["busy_s"]
+    if t["steps"] == 0 or busy <= 0:
+        return {"num_steps": t["steps"], "slot_utilisation": 0.0, "kv_utilisation": 0.0, "kv_internal_waste": 0.0,
                 "kv_capacity_utilisation": 0.0, "mfu": 0.0, "mbu": 0.0, "gpu_busy_fraction": 0.0,
-                "mean_batch_size": 0.0, "max_batch_size": 0, "bound_fraction": {b: 0.0 for b in BOUND_NAMES}}
-    dt = steps["duration_s"].to_numpy()
-    busy = float(dt.sum())
-    held = steps["kv_held_tokens"].to_numpy(dtype=np.float64)
-    stored = steps["kv_stored_tokens"].to_numpy(dtype=np.float64)
-    held_time = float((held * dt).sum())
-    stored_time = float((stored * dt).sum())
-    kv_util = stored_time / held_time if held_time > 0 else 0.0
-    bound = steps["bound"].to_numpy()
+                "mean_batch_size": 0.0, "max_batch_size": t["max_seqs"], "bound_fraction": {b: 0.0 for b in BOUND_NAMES}}
+    held, stored = t["held_time"], t["stored_time"]
+    kv_util = stored / held if held > 0 else 0.0
     return {
-        "num_steps": int(n),
-        "slot_utilisation": float(steps["num_seqs"].sum() / steps["slots"].sum()),
+        "num_steps": t["steps"],
+        "slot_utilisation": t["seqs"] / t["slots"] if t["slots"] else 0.0,
         "kv_utilisation": kv_util,
-        "kv_internal_waste": 1.0 - kv_util if held_time > 0 else 0.0,
-        "kv_capacity_utilisation": stored_time / (capacity * busy) if capacity and busy else 0.0,
-        "mfu": float(steps["flops"].sum() / (peak * busy)) if busy else 0.0,
-        "mbu": float(steps["bytes"].sum() / (bandwidth * busy)) if busy else 0.0,
+        "kv_internal_waste": 1.0 - kv_util if held > 0 else 0.0,
+        "kv_capacity_utilisation": stored / (capacity * busy) if capacity else 0.0,
+        "mfu": t["flops"] / (peak * busy),
+        "mbu": t["bytes"] / (bandwidth * busy),
         "gpu_busy_fraction": busy / (duration_s * replicas) if duration_s > 0 else 0.0,
-        "mean_batch_size": float((steps["num_seqs"].to_numpy() * dt).sum() / busy) if busy else 0.0,
-        "max_batch_size": int(steps["num_seqs"].max()),
-        "bound_fraction": {b: float(dt[bound == i].sum() / busy) if busy else 0.0 for i, b in enumerate(BOUND_NAMES)},
+        "mean_batch_size": t["seqs_time"] / busy,
+        "max_batch_size": t["max_seqs"],
+        "bound_fraction": {b: t["bound_s"][i] / busy for i, b in enumerate(BOUND_NAMES)},
     }

@@ -23,6 +23,7 @@ from capsim.engines import EngineProfile, load_engine
 from capsim.kv_cache import ContiguousAllocator, PagedAllocator
 from capsim.memory import MemoryBudget, memory_budget
 from capsim.metrics import per_class, summarize
+from capsim.step_log import step_totals
 from capsim.running import RunningSet
 from capsim.speculative import TokenSchedule
 from capsim.schedulers import SCHEDULERS
@@ -49,24 +50,45 @@ class Setup:
 
 @dataclass
 class RunResult:
+    """One run: its summary, one row per request, and the step table (one row per forward pass;
+    for runs of more than step_log.LARGE_RUN_STEPS passes one row per macro-step, with a `steps`
+    column). The step table is built when first used."""
+
     setup: Setup
     summary: dict
     requests: pd.DataFrame
-    steps: pd.DataFrame
     gaps: tuple[np.ndarray, ...] = field(repr=False)
+    _steps: pd.DataFrame | None = field(default=None, repr=False)
+    _build_steps: object = field(default=None, repr=False)
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        if self._steps is None:
+            self._steps = self._build_steps()
+        return self._steps
+
+    @property
+    def steps_per_row(self) -> bool:
+        """True when the step table has one row per macro-step (column `steps`)."""
+        return "steps" in self.steps.columns
 
     def summary_json(self) -> str:
         return json.dumps(self.summary, indent=2, sort_keys=False, allow_nan=True) + "\n"
 
     def write(self, out_dir: Path) -> list[Path]:
-        """summary.json, requests.csv, steps.csv (one row per forward pass) under out_dir."""
+        """summary.json, requests.csv, steps.csv (one row per forward pass, or per macro-step for
+        very large runs: then the file starts with a '#' line saying so) under out_dir."""
         out_dir.mkdir(parents=True, exist_ok=True)
         paths = [out_dir / "summary.json", out_dir / "requests.csv", out_dir / "steps.csv"]
         paths[0].write_text(self.summary_json())
         self.requests.to_csv(paths[1], index=False)
         steps = self.steps.copy()
         steps["bound"] = pd.Categorical.from_codes(steps["bound"], ["compute", "memory", "overhead"])
-        steps.to_csv(paths[2], index=False)
+        with open(paths[2], "w") as fh:
+            if self.steps_per_row:
+                fh.write("# capsim: one row per macro-step (its last pass's state; duration, tokens, FLOPs and "
+                         "bytes summed over the `steps` forward passes it holds)\n")
+            steps.to_csv(fh, index=False)
         return paths
 
 
@@ -231,11 +253,15 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
 
 def _result(setup: Setup, engine: Engine, end_s: float) -> RunResult:
     requests = engine.requests.frame()
-    steps = engine.steps.frame(engine.replicas[0].cost.decode_detail)
-    gaps = engine.gaps.arrays(engine.steps.segment_ends)
-    cm = engine.replicas[0].cost
+    log, cm = engine.steps, engine.replicas[0].cost
+    if log.large:  # summarise in chunks; the table gets one row per macro-step, when asked for
+        steps, totals = None, log.totals(cm.decode_detail)
+    else:
+        steps = log.frame(cm.decode_detail)
+        totals = step_totals({c: steps[c].to_numpy() for c in steps.columns})
+    gaps = engine.gaps.arrays(log.segment_ends)
     summary = summarize(
-        requests, steps, gaps, duration_s=end_s, peak_flops=cm.peak, bandwidth_bytes_per_s=cm.bandwidth,
+        requests, totals, gaps, duration_s=end_s, peak_flops=cm.peak, bandwidth_bytes_per_s=cm.bandwidth,
         kv_capacity_tokens=setup.memory.kv_tokens, slo=setup.workload.slo, replicas=len(engine.replicas),
     )
     if len(engine.stream.class_names) > 1:
@@ -244,33 +270,27 @@ def _result(setup: Setup, engine: Engine, end_s: float) -> RunResult:
         summary["kv_reserved_unused"], summary["kv_internal_waste"] = summary["kv_internal_waste"], 0.0
     else:
         summary["kv_reserved_unused"] = 0.0
-    summary.update(_feature_stats(setup, engine, steps))
+    summary.update(_feature_stats(setup, engine, totals, requests))
     summary["setup"] = describe(setup)
-    return RunResult(setup, summary, requests, steps, gaps)
+    build = (lambda: log.segment_frame(cm.decode_detail)) if steps is None else None
+    return RunResult(setup, summary, requests, gaps, steps, build)
 
 
-def _feature_stats(setup: Setup, engine: Engine, steps: pd.DataFrame) -> dict:
+def _feature_stats(setup: Setup, engine: Engine, totals: dict, requests: pd.DataFrame) -> dict:
     """Prefix caching, sharing and swapping figures (zeros when the features are off)."""
     queried = engine.prompt_tokens_admitted
-    dt = steps["duration_s"].to_numpy()
-    busy = float(dt.sum())
-    shared = steps["kv_shared_units"].to_numpy(dtype=np.float64)
+    busy = totals["busy_s"]
     block_bytes = setup.memory.bytes_per_block
+    done = requests.loc[requests["outcome"] == "completed", "replica"].to_numpy(dtype=np.int64)
     return {
         "prefix_cache_hit_rate": engine.prefill_tokens_saved / queried if queried else 0.0,
         "prefill_tokens_saved": int(engine.prefill_tokens_saved),
-        "kv_memory_saved_bytes": float((shared * dt).sum() / busy * block_bytes) if busy else 0.0,
-        "kv_memory_saved_peak_bytes": float(shared.max() * block_bytes) if len(shared) else 0.0,
+        "kv_memory_saved_bytes": totals["shared_time"] / busy * block_bytes if busy else 0.0,
+        "kv_memory_saved_peak_bytes": float(totals["max_shared"] * block_bytes),
         "swapped_bytes": float(engine.swapped_bytes),
         "replicas": len(engine.replicas),
-        "completed_per_replica": [int(n) for n in np.bincount(
-            engine_requests_replica(engine), minlength=len(engine.replicas))],
+        "completed_per_replica": [int(n) for n in np.bincount(done, minlength=len(engine.replicas))],
     }
-
-
-def engine_requests_replica(engine: Engine) -> np.ndarray:
-    df = engine.requests.frame()
-    return df.loc[df["outcome"] == "completed", "replica"].to_numpy(dtype=np.int64)
 
 
 def describe(setup: Setup) -> dict:

@@ -1,0 +1,245 @@
+"""The per-step record (one row per forward pass), kept compact and expanded on demand.
+
+A single step is one row of numbers. A macro-step is one segment: its step end times and the few
+numbers every per-step value follows from (batch, context, blocks, tokens). `frame()` expands all
+rows at once, vectorised, in time order. A run with more than LARGE_RUN_STEPS forward passes is
+summarised chunk by chunk instead (`totals`), and its steps table has one row per macro-step
+(`segment_frame`, column `steps`), so a million-request run stays within memory.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+import numpy as np
+import pandas as pd
+
+LARGE_RUN_STEPS = 3_000_000
+_CHUNK_SEGMENTS = 100_000
+
+
+class Rows:
+    """Fixed-width numeric rows kept as one flat buffer (float64 by default: 8 bytes a value,
+    one C call per row, one zero-copy matrix at the end; integers exact up to 2**53)."""
+
+    def __init__(self, width: int, typecode: str = "d") -> None:
+        self.width, self.typecode = width, typecode
+        self.data = array(typecode)
+
+    def __len__(self) -> int:
+        return len(self.data) // self.width
+
+    def add(self, values) -> None:
+        self.data.extend(values)
+
+    def matrix(self) -> np.ndarray:
+        return np.frombuffer(self.data, dtype=self.typecode).reshape(-1, self.width)
+
+
+class StepLog:
+    COLUMNS = ("end_s", "duration_s", "replica", "num_seqs", "slots", "prefill_tokens", "decode_tokens",
+               "bound", "flops", "bytes", "kv_used_units", "kv_held_tokens", "kv_stored_tokens", "waiting",
+               "preempted", "kv_shared_units")
+    DTYPES = (np.float64, np.float64, np.int16, np.int32, np.int32, np.int32, np.int32, np.int8, np.float64,
+              np.float64, np.int32, np.int64, np.int64, np.int32, np.int16, np.int32)
+    # segment row: k, start_s, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0,
+    # ctx_sliding0, below_window, shared, step0, state_units
+    _SEG = {name: i for i, name in enumerate(("k", "start", "replica", "n", "slots", "used0", "stored0", "waiting",
+                                               "ctx_full0", "ctx_sliding0", "below", "shared", "step0", "state"))}
+
+    def __init__(self, block_size: int = 1, schedule=None) -> None:
+        self.block_size = block_size  # 1: contiguous (units are tokens, nothing grows in a segment)
+        self.schedule = schedule  # tokens a decoder gains per step (None: one; see capsim.speculative)
+        self.rows = 0
+        self._single = Rows(len(self.COLUMNS))
+        self._segments = Rows(len(self._SEG))
+        self._ends = array("d")  # every segment's step end times, flat
+        self._residues = Rows(block_size, "i")
+        self._no_residues = (0,) * block_size
+        self._waiting_steps: dict[int, np.ndarray] = {}  # segments whose queue changed mid-way
+
+    def __len__(self) -> int:
+        return self.rows
+
+    @property
+    def large(self) -> bool:
+        return self.rows > LARGE_RUN_STEPS
+
+    @property
+    def segment_ends(self) -> np.ndarray:
+        return np.frombuffer(self._ends, dtype=np.float64)
+
+    def add(self, *values) -> None:
+        """One step, the values in COLUMNS order."""
+        self._single.add(values)
+        self.rows += 1
+
+    def add_segment(self, ends, start_s: float, replica: int, num_seqs: int, slots: int, used0: int,
+                    residues: tuple[int, ...] | None, stored0: int, waiting, ctx_full0: int, ctx_sliding0: int,
+                    below_window: int, shared: int = 0, step0: int = 0, state_units: int = 0) -> None:
+        """len(ends) decode steps of num_seqs sequences from start_s. Step j (1..k) attends
+        ctx_full0 + num_seqs*o_j positions (ctx_sliding0 + below_window*o_j in sliding layers),
+        holds used0 + the blocks `residues` add over its tokens, and stored0 + num_seqs*g_j
+        tokens (o_j, g_j: j, or the speculative schedule's); `waiting` is the queue length (a
+        number, or one per step); state_units of used are per-sequence state, not token slots."""
+        k = len(ends)
+        if isinstance(ends, np.ndarray):
+            self._ends.frombytes(ends.astype(np.float64, copy=False).tobytes())
+        else:
+            self._ends.extend(ends)
+        if not isinstance(waiting, int):
+            self._waiting_steps[len(self._segments)] = waiting
+            waiting = 0
+        self._segments.add((k, start_s, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0, ctx_sliding0,
+                            below_window, shared, step0, state_units))
+        self._residues.add(residues or self._no_residues)
+        self.rows += k
+
+    # ------------------------------------------------------------------ expansion
+
+    def frame(self, pricer) -> pd.DataFrame:
+        """Every forward pass, in time order. `pricer(n, ctx_full, ctx_sliding)` gives the FLOPs,
+        bytes and bound of decode steps (CostModel.decode_detail)."""
+        parts = []
+        if len(self._single):
+            parts.append(self._single_columns())
+        if len(self._segments):
+            parts.append(self._expand(pricer, 0, len(self._segments)))
+        return _ordered(parts, self.COLUMNS, self.DTYPES)
+
+    def segment_frame(self, pricer) -> pd.DataFrame:
+        """One row per single step and one per macro-step (its last step's state; duration,
+        tokens, FLOPs and bytes summed; `steps` forward passes in the row)."""
+        parts = []
+        if len(self._single):
+            parts.append(self._single_columns() | {"steps": np.ones(len(self._single), dtype=np.int64)})
+        for a, b in self._chunks():
+            parts.append(_per_segment(self._expand(pricer, a, b), self._segments.matrix()[a:b, 0].astype(np.int64)))
+        return _ordered(parts, self.COLUMNS + ("steps",), self.DTYPES + (np.int64,))
+
+    def totals(self, pricer) -> dict:
+        """The sums the summary needs (step_totals), over every forward pass; large runs in chunks."""
+        if not self.large:
+            cols = self.frame(pricer)
+            return step_totals({c: cols[c].to_numpy() for c in cols.columns})
+        total = step_totals(self._single_columns()) if len(self._single) else None
+        for a, b in self._chunks():
+            part = step_totals(self._expand(pricer, a, b))
+            total = part if total is None else _add_totals(total, part)
+        return total
+
+    def _chunks(self):
+        n = len(self._segments)
+        return [(a, min(a + _CHUNK_SEGMENTS, n)) for a in range(0, n, _CHUNK_SEGMENTS)]
+
+    def _single_columns(self) -> dict:
+        single = self._single.matrix()
+        return {name: single[:, i].astype(dt) for i, (name, dt) in enumerate(zip(self.COLUMNS, self.DTYPES))}
+
+    def _expand(self, pricer, a: int, b: int) -> dict:
+        """Per-step columns of segments a..b-1."""
+        seg = self._segments.matrix()[a:b]
+        s = self._SEG
+        ks = seg[:, s["k"]].astype(np.int64)
+        first = np.cumsum(ks) - ks
+        which = np.repeat(np.arange(len(ks)), ks)
+        j = np.arange(int(ks.sum())) - first[which] + 1  # 1..k within each segment
+        start = int(self._segments.matrix()[:a, s["k"]].sum())  # this chunk's first end time
+
+        def per_step(name, dtype=np.int64):
+            return seg[which, s[name]].astype(dtype)
+
+        ends = np.frombuffer(self._ends, dtype=np.float64)[start:start + int(ks.sum())]
+        before = np.roll(ends, 1)
+        before[first] = seg[:, s["start"]]
+        n = per_step("n")
+        gained, offset = j, j  # tokens gained by step j, and where its first new token sits
+        if self.schedule is not None and not self.schedule.single:
+            step0 = per_step("step0")
+            gained = self.schedule.total(step0 + j) - self.schedule.total(step0)
+            offset = self.schedule.total(step0 + j - 1) - self.schedule.total(step0) + 1
+        detail = pricer(n, (per_step("ctx_full0") + n * offset).astype(np.float64),
+                        (per_step("ctx_sliding0") + per_step("below") * offset).astype(np.float64))
+        used = per_step("used0") + self._growth(a, b, which, gained, n)
+        waiting = per_step("waiting")
+        for index, steps in self._waiting_steps.items():
+            if a <= index < b:
+                waiting[first[index - a]:first[index - a] + ks[index - a]] = steps
+        zeros = np.zeros(len(j), dtype=np.int32)
+        return {
+            "end_s": ends, "duration_s": ends - before, "replica": per_step("replica"), "num_seqs": n,
+            "slots": per_step("slots"), "prefill_tokens": zeros, "decode_tokens": n * _per_step_gain(gained, j),
+            "bound": detail.bound, "flops": detail.flops, "bytes": detail.bytes, "kv_used_units": used,
+            "kv_held_tokens": (used - per_step("state")) * self.block_size,
+            "kv_stored_tokens": per_step("stored0") + n * gained, "waiting": waiting, "preempted": zeros,
+            "kv_shared_units": per_step("shared"),
+        }
+
+    def _growth(self, a: int, b: int, which: np.ndarray, tokens: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """Blocks added once each sequence has gained `tokens` more: a block per sequence per
+        block_size tokens, the partial cycle read from the segment's residue histogram."""
+        bs = self.block_size
+        if bs == 1:
+            return np.zeros(len(tokens), dtype=np.int64)
+        residues = self._residues.matrix()[a:b].astype(np.int64)
+        prefix = np.concatenate((np.zeros((len(residues), 1), dtype=np.int64), np.cumsum(residues, axis=1)), axis=1)
+        return (tokens // bs) * n + prefix[which, tokens % bs]
+
+
+def _per_step_gain(gained: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Tokens gained in each step from the running totals (a segment's first step: its total)."""
+    step = np.diff(gained, prepend=0)
+    first = j == 1
+    step[first] = gained[first]
+    return step
+
+
+def _ordered(parts: list[dict], columns: tuple, dtypes: tuple) -> pd.DataFrame:
+    if not parts:
+        return pd.DataFrame({name: np.zeros(0, dtype=dt) for name, dt in zip(columns, dtypes)})
+    cols = {name: np.concatenate([p[name] for p in parts]).astype(dt, copy=False) for name, dt in zip(columns, dtypes)}
+    order = np.lexsort((cols["replica"], cols["end_s"]))
+    return pd.DataFrame({name: col[order] for name, col in cols.items()})
+
+
+def _per_segment(cols: dict, ks: np.ndarray) -> dict:
+    """Collapse each segment's per-step rows into one (last step's state, sums of the flows)."""
+    starts = np.cumsum(ks) - ks
+    last = starts + ks - 1
+    out = {name: col[last] for name, col in cols.items()}
+    for name in ("duration_s", "decode_tokens", "flops", "bytes"):
+        out[name] = np.add.reduceat(cols[name], starts)
+    time_in = {code: np.add.reduceat(np.where(cols["bound"] == code, cols["duration_s"], 0.0), starts) for code in range(3)}
+    out["bound"] = np.argmax(np.stack([time_in[c] for c in range(3)]), axis=0).astype(np.int8)
+    out["steps"] = ks
+    return out
+
+
+def step_totals(cols: dict) -> dict:
+    """The per-step sums the summary is made of."""
+    dt = cols["duration_s"]
+    seqs = cols["num_seqs"].astype(np.float64)
+    bound = cols["bound"]
+    return {
+        "steps": int(len(dt)), "busy_s": float(dt.sum()), "seqs": float(seqs.sum()),
+        "slots": float(cols["slots"].astype(np.float64).sum()),
+        "held_time": float((cols["kv_held_tokens"].astype(np.float64) * dt).sum()),
+        "stored_time": float((cols["kv_stored_tokens"].astype(np.float64) * dt).sum()),
+        "flops": float(cols["flops"].sum()), "bytes": float(cols["bytes"].sum()),
+        "seqs_time": float((seqs * dt).sum()), "max_seqs": int(seqs.max()) if len(seqs) else 0,
+        "bound_s": [float(dt[bound == i].sum()) for i in range(3)],
+        "shared_time": float((cols["kv_shared_units"].astype(np.float64) * dt).sum()),
+        "max_shared": int(cols["kv_shared_units"].max()) if len(dt) else 0,
+    }
+
+
+def _add_totals(a: dict, b: dict) -> dict:
+    out = {}
+    for key, value in a.items():
+        if key.startswith("max_"):
+            out[key] = max(value, b[key])
+        elif isinstance(value, list):
+            out[key] = [x + y for x, y in zip(value, b[key])]
+        else:
+            out[key] = value + b[key]
+    return out

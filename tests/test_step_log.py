@@ -1,0 +1,54 @@
+"""The step record: macro-step segments expand into exactly the per-step rows; large runs are
+summarised in chunks and tabulated one row per macro-step."""
+
+import numpy as np
+import pytest
+from conftest import workload
+
+from capsim import step_log
+from capsim.cost_model import DecodeSteps
+from capsim.simulation import simulate
+from capsim.step_log import StepLog, step_totals
+
+
+def _pricer(n, full, sliding):
+    return DecodeSteps(None, full * 0 + 7.0, full, np.zeros(len(n), dtype=np.int8))
+
+
+def test_a_macro_segment_expands_into_its_steps():
+    log = StepLog(block_size=4)
+    log.add(1.0, 1.0, 0, 2, 8, 10, 0, 0, 1.0, 1.0, 3, 12, 10, 0, 0, 0)
+    # 5 decode steps of 2 sequences; residues: one of them needs a block at steps 1 and 5, the
+    # other at step 3
+    log.add_segment([2.0, 3.0, 4.0, 5.0, 6.0], 1.0, 0, 2, 8, 3, (1, 0, 1, 0), 10, 0, 10, 0, 0)
+    df = log.frame(_pricer)
+    assert list(df["end_s"]) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0] and list(df["duration_s"]) == [1.0] * 6
+    assert list(df["kv_used_units"]) == [3, 4, 4, 5, 5, 6]
+    assert list(df["kv_stored_tokens"]) == [10, 12, 14, 16, 18, 20]
+    assert list(df["bytes"])[1:] == [12.0, 14.0, 16.0, 18.0, 20.0]  # the context each step attends
+
+
+def test_large_runs_are_summarised_in_chunks_and_tabled_per_macro_step(round_gpu_file, monkeypatch):
+    w = workload(round_gpu_file, requests=200)
+    small = simulate(w)
+    monkeypatch.setattr(step_log, "LARGE_RUN_STEPS", 10)
+    monkeypatch.setattr(step_log, "_CHUNK_SEGMENTS", 7)
+    large = simulate(w)
+    assert small.summary["num_steps"] == large.summary["num_steps"] > 10
+    for key in ("mfu", "mbu", "kv_utilisation", "slot_utilisation", "mean_batch_size", "gpu_busy_fraction"):
+        assert large.summary[key] == pytest.approx(small.summary[key], rel=1e-12)
+    assert large.summary["p99_itl_ms"] == small.summary["p99_itl_ms"]
+    per_macro = large.steps
+    assert large.steps_per_row and per_macro["steps"].sum() == small.summary["num_steps"]
+    assert len(per_macro) < len(small.steps)
+    assert per_macro["flops"].sum() == pytest.approx(small.steps["flops"].sum(), rel=1e-12)
+    assert per_macro["duration_s"].sum() == pytest.approx(small.steps["duration_s"].sum(), rel=1e-12)
+
+
+def test_step_totals_of_a_frame():
+    cols = {"duration_s": np.array([1.0, 3.0]), "num_seqs": np.array([2, 4]), "slots": np.array([8, 8]),
+            "kv_held_tokens": np.array([10, 20]), "kv_stored_tokens": np.array([5, 10]), "flops": np.array([1.0, 2.0]),
+            "bytes": np.array([3.0, 4.0]), "bound": np.array([0, 1]), "kv_shared_units": np.array([0, 2])}
+    t = step_totals(cols)
+    assert (t["busy_s"], t["held_time"], t["stored_time"], t["seqs_time"]) == (4.0, 70.0, 35.0, 14.0)
+    assert t["bound_s"] == [1.0, 3.0, 0.0] and t["max_seqs"] == 4 and t["max_shared"] == 2
