@@ -28,7 +28,6 @@ from importlib import metadata
 from pathlib import Path
 
 import yaml
-
 from speed_tables import MIB, OUTPUT_SCALING_RATE, Case, Measured, Run, report
 
 ROOT = Path(__file__).resolve().parent.parent

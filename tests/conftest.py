@@ -4,7 +4,6 @@ scheduler factories with keyword defaults, and a tiny model."""
 from __future__ import annotations
 
 import pytest
-
 from capsim.config import HardwareProfile, ModelSpec
 from capsim.request import Request
 

@@ -6,7 +6,6 @@ Every expected number is written out from the model's config.json so a reader ca
 from __future__ import annotations
 
 import pytest
-
 from capsim.architecture import (
     kv_bytes_for_context,
     kv_bytes_per_token,

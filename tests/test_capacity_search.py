@@ -3,11 +3,10 @@
 import math
 
 import pytest
-from conftest import unit_workload
-
 from capsim.capacity_search import Search, capacity
 from capsim.errors import CapsimError
 from capsim.slo import Objectives, parse_objectives
+from conftest import unit_workload
 
 
 def drive(search: Search, meets) -> list[list[float]]:

@@ -1,7 +1,6 @@
 """YAML reading and error reporting: file, line, field, what is allowed."""
 
 import pytest
-
 from capsim.config import HardwareProfile, load_yaml_as, read_yaml
 from capsim.errors import CapsimError
 from capsim.workload_schema import WorkloadConfig

@@ -1,9 +1,8 @@
 """Text rendering of results and tables."""
 
-from conftest import workload
-
 from capsim.console import csv_table, markdown_table, result_block
 from capsim.simulation import simulate
+from conftest import workload
 
 
 def test_result_block_uses_vllm_line_names(round_gpu_file):

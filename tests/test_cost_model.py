@@ -2,12 +2,11 @@
 
 import numpy as np
 import pytest
-from conftest import TINY_MODEL, decoding, make_request
-
 from capsim.config import ModelSpec
 from capsim.cost_model import CostModel, DocumentAssumptions
 from capsim.formats import get_format
 from capsim.plan import StepPlan
+from conftest import TINY_MODEL, decoding, make_request
 
 FP16 = get_format("fp16")
 

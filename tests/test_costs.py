@@ -1,7 +1,6 @@
 """$ per 1M tokens and where the GPU-hour price comes from."""
 
 import pytest
-
 from capsim.costs import parse_prices, price_for, usd_per_million_tokens
 from capsim.errors import CapsimError
 

@@ -1,7 +1,6 @@
 """The batch figure's data: a dense version of the note's table that passes through its rows."""
 
 import pytest
-
 from capsim.curves import batch_curves
 from capsim.errors import CapsimError
 from capsim.tables import TableSetup, batch_table

@@ -1,15 +1,13 @@
 """The SimPy engine end to end: the documents' examples, hand-computed timings, macro-steps equal
 to step-by-step, accounting, determinism."""
 
-import math
 
 import numpy as np
 import pytest
+from capsim.simulation import simulate
 from conftest import workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from capsim.simulation import simulate
 
 
 def test_seed_example_static_17_steps_continuous_12(round_gpu_file):

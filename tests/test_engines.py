@@ -2,14 +2,13 @@
 workload is silent, and the engine terms the cost model adds (host time, kernels, graphs)."""
 
 import pytest
-from conftest import workload
-
 from capsim.catalog import load_hardware, load_model
 from capsim.cost_model import CostModel
 from capsim.engines import EngineProfile, engine_catalog, load_engine
 from capsim.errors import CapsimError
 from capsim.formats import get_format
 from capsim.simulation import resolve
+from conftest import workload
 
 ENGINE_FIELDS_WITH_NUMBERS = ("scheduler", "overhead", "kernels_per_layer", "kernel_efficiency", "memory")
 

@@ -2,13 +2,12 @@
 parallel sampling, swap preemption, replicas behind a router)."""
 
 import pytest
-from conftest import workload
-
 from capsim.cost_model import CostModel
 from capsim.formats import get_format
 from capsim.plan import StepPlan
 from capsim.request import Request
 from capsim.simulation import simulate
+from conftest import workload
 
 
 def _trace(tmp_path, rows):

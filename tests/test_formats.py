@@ -1,7 +1,6 @@
 """Number formats: bits per value including block scales."""
 
 import pytest
-
 from capsim.errors import CapsimError
 from capsim.formats import FORMATS, get_format
 

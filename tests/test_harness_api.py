@@ -7,10 +7,9 @@ import json
 import sys
 
 import pytest
-from harness_helpers import DEVICE_IMAGE_SITECUSTOMIZE, NO_TORCH_SITECUSTOMIZE, REPO, run_with_sitecustomize
-
 from capsim.catalog import load_hardware
 from capsim.errors import CapsimError
+from harness_helpers import DEVICE_IMAGE_SITECUSTOMIZE, NO_TORCH_SITECUSTOMIZE, REPO, run_with_sitecustomize
 
 
 @pytest.fixture(scope="module")

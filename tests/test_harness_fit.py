@@ -7,7 +7,6 @@ import itertools
 
 import numpy as np
 import pytest
-
 from capsim.harness.fit import (
     Model,
     fit_family,

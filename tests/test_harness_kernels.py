@@ -16,8 +16,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from harness_helpers import REPO, TRITON_CASES  # noqa: E402
-
 from capsim.errors import CapsimError  # noqa: E402
 from capsim.harness.kernels_flex import builtin_paged_flash_supported, flex_block_mask, paged_decode_flex  # noqa: E402
 from capsim.harness.kernels_torch import (  # noqa: E402
@@ -26,6 +24,7 @@ from capsim.harness.kernels_torch import (  # noqa: E402
     random_block_tables,
     reference_decode,
 )
+from harness_helpers import REPO, TRITON_CASES  # noqa: E402
 
 TOL = {"fp32": 1e-5, "fp16": 3e-3, "bf16": 3e-2}
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -1,13 +1,11 @@
 """Allocators: block accounting, reservation, capacity sizing, and property-based invariants."""
 
-import numpy as np
 import pytest
+from capsim.kv_cache import ContiguousAllocator, PagedAllocator, blocks_for
 from conftest import make_paged, make_request
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-
-from capsim.kv_cache import ContiguousAllocator, PagedAllocator, blocks_for
 
 
 def test_paged_hands_out_blocks_on_demand_and_frees_them():

@@ -2,7 +2,6 @@
 - reserve; TensorRT-LLM: a fraction of what is left), per GPU under tensor parallelism."""
 
 import pytest
-
 from capsim.catalog import load_hardware, load_model
 from capsim.engines import EngineProfile, load_engine
 from capsim.formats import get_format

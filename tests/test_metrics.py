@@ -1,14 +1,12 @@
 """Metric definitions (vLLM's) and the weighted percentile trick."""
 
 import numpy as np
-import pandas as pd
 import pytest
+from capsim.metrics import GapLog, RequestLog, distribution, summarize, weighted_percentile
+from capsim.step_log import StepLog, step_totals
 from conftest import make_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from capsim.metrics import GapLog, RequestLog, distribution, summarize, weighted_percentile
-from capsim.step_log import StepLog, step_totals
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,11 +1,10 @@
 """Parallel execution: same results in task order however they run; errors come back as raised."""
 
 import pytest
-from conftest import workload
-
 from capsim.errors import CapsimError
 from capsim.parallel import Runner, run_tasks
 from capsim.records import Task, evaluate
+from conftest import workload
 
 
 def _square(x):

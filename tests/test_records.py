@@ -1,10 +1,9 @@
 """One simulation as one flat record: sample counts, KV fit, goodput, cost."""
 
 import pytest
-from conftest import unit_workload, workload
-
 from capsim.records import Task, evaluate, record
 from capsim.simulation import simulate
+from conftest import unit_workload, workload
 
 
 def test_record_by_hand(priced_gpu_file):

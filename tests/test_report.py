@@ -2,16 +2,23 @@
 
 import pandas as pd
 import pytest
-from conftest import unit_workload, workload
-
 from capsim.curves import batch_curves
 from capsim.errors import CapsimError
-from capsim.report import (batch_over_time, kv_memory, latency_cdfs, plot_run_dir, save, setup_title, slot_gantt,
-                           slot_intervals)
+from capsim.report import (
+    batch_over_time,
+    kv_memory,
+    latency_cdfs,
+    plot_run_dir,
+    save,
+    setup_title,
+    slot_gantt,
+    slot_intervals,
+)
 from capsim.report_planning import batch_figure, compare_figure, latency_vs_load, plot_saved
 from capsim.simulation import simulate
 from capsim.slo import Objectives
 from capsim.sweeps import compare, sweep
+from conftest import unit_workload, workload
 
 SEED_EXAMPLE = {"mode": "unit", "arrivals": {"kind": "all_at_once"}, "requests": 8,
                 "prompt_tokens": {"dist": "fixed", "value": 16},

@@ -3,9 +3,8 @@
 from collections import deque
 
 import pytest
-from conftest import decoding, make_paged, make_request, make_scheduler, running_set
-
 from capsim.kv_cache import ContiguousAllocator
+from conftest import decoding, make_paged, make_request, make_scheduler, running_set
 
 
 def _hold(kv, *reqs):

@@ -3,10 +3,9 @@
 from pathlib import Path
 
 import pytest
-from conftest import workload
-
 from capsim.errors import CapsimError
 from capsim.simulation import apply_overrides, resolve, simulate
+from conftest import workload
 
 WORKLOADS = Path(__file__).parents[1] / "workloads"
 

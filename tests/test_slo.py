@@ -1,7 +1,6 @@
 """SLO parsing (both forms, errors that name the option) and judging a record against them."""
 
 import pytest
-
 from capsim.errors import CapsimError
 from capsim.slo import Objectives, from_dict, objectives_for, parse_objectives, summary_key
 

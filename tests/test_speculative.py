@@ -1,10 +1,9 @@
 """Speculative decoding: the token schedule, and its effect on steps, TPOT and step cost."""
 
 import pytest
-from conftest import workload
-
 from capsim.simulation import simulate
 from capsim.speculative import TokenSchedule, expected_tokens
+from conftest import workload
 
 
 def test_expected_tokens_per_step():

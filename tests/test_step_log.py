@@ -3,12 +3,11 @@ summarised in chunks and tabulated one row per macro-step."""
 
 import numpy as np
 import pytest
-from conftest import workload
-
 from capsim import step_log
 from capsim.cost_model import DecodeSteps
 from capsim.simulation import simulate
 from capsim.step_log import StepLog, step_totals
+from conftest import workload
 
 
 def _pricer(n, full, sliding):

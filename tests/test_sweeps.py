@@ -4,11 +4,10 @@ import json
 
 import pandas as pd
 import pytest
-from conftest import unit_workload, workload
-
 from capsim.errors import CapsimError
 from capsim.slo import Objectives
 from capsim.sweeps import compare, parse_range, sweep
+from conftest import unit_workload, workload
 
 
 @pytest.mark.parametrize("text, integer, values", [

@@ -1,10 +1,17 @@
 """Every figure of the source documents, at the documents' own precision (DESIGN §6)."""
 
 import pytest
-
 from capsim.errors import CapsimError
-from capsim.tables import (TableSetup, all_tables, batch_table, kv_capacity_table, kv_per_token_table,
-                           paged_waste_table, render, utilisation_table)
+from capsim.tables import (
+    TableSetup,
+    all_tables,
+    batch_table,
+    kv_capacity_table,
+    kv_per_token_table,
+    paged_waste_table,
+    render,
+    utilisation_table,
+)
 
 
 def test_batch_table_matches_the_note():

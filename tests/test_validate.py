@@ -6,13 +6,11 @@ import math
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from capsim.cli import app
 from capsim.errors import CapsimError
-from capsim.validate import (Outcome, find_suite, group_rows, load_points, mape, render, run_point, run_suite,
-                             write)
+from capsim.validate import Outcome, find_suite, group_rows, load_points, mape, render, run_point, run_suite, write
 from capsim.validate_map import Skip, engine_for, kv_format_for, workload_for
+from typer.testing import CliRunner
 
 SUITE = Path(__file__).parents[1] / "validation"
 FAST = ["llamacpp-pr4766-rtx4090-codellama7b-f16-tg128", "llamacpp-pr4766-rtx4090-codellama7b-f16-pp512",

@@ -2,12 +2,10 @@
 
 import numpy as np
 import pytest
-from conftest import workload
-
-from capsim.config import validate
 from capsim.errors import CapsimError
 from capsim.workload import build_stream, read_trace, sample_lengths
-from capsim.workload_schema import LogNormal, Uniform, WorkloadConfig
+from capsim.workload_schema import LogNormal
+from conftest import workload
 
 
 def test_poisson_rate_and_first_arrival_at_zero(round_gpu_file):
@@ -46,9 +44,8 @@ def test_constant_all_at_once_and_duration(round_gpu_file):
     ({"dist": "empirical", "values": [10, 1000], "weights": [3, 1]}, 257.5, 10, 1000),
 ])
 def test_length_distributions(spec, mean, lo, hi):
-    from pydantic import TypeAdapter
-
     from capsim.workload_schema import Lengths
+    from pydantic import TypeAdapter
 
     x = sample_lengths(TypeAdapter(Lengths).validate_python(spec), 40000, np.random.default_rng(0))
     assert x.dtype == np.int64 and x.min() >= lo and (hi is None or x.max() <= hi)

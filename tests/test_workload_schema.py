@@ -1,9 +1,8 @@
 """Workload validation: every rule gives a message naming the field."""
 
 import pytest
-from conftest import workload
-
 from capsim.errors import CapsimError
+from conftest import workload
 
 
 @pytest.mark.parametrize("fields, fragment", [
@@ -36,11 +35,10 @@ def test_union_tags_are_left_out_of_field_names(round_gpu_file):
 
 # ---------------------------------------------------------------- fuzzing the loader
 import yaml  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
 from capsim.errors import CapsimError as _Error  # noqa: E402
 from capsim.simulation import simulate  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 _VALID = {
     "model": "llama-3.1-8b", "gpu": "h100", "weights": "bf16", "kv_cache": "fp8",

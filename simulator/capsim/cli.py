@@ -297,7 +297,8 @@ def sweep(
     fmt: FormatOpt = TableFormat.table, out_dir: OutOpt = None, plots: PlotsOpt = None,
 ) -> None:
     """Latency against load: one simulation per request rate (or number of closed-loop users)."""
-    from capsim.sweeps import parse_range, sweep as run_sweep
+    from capsim.sweeps import parse_range
+    from capsim.sweeps import sweep as run_sweep
     from capsim.views import sweep_view, title
 
     if (rate is None) == (users is None):

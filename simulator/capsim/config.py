@@ -14,8 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from capsim.errors import CapsimError
 
-
-
 # pydantic puts the chosen member's tag into error locations of tagged unions; users never wrote
 # it, so error messages leave these out.
 _UNION_TAGS: set[str] = set()

@@ -12,24 +12,21 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections import deque
 from heapq import heappush
-from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
 from simpy.events import Event
 
 from capsim.arrivals import open_loop, user
-from capsim.cost_model import BOUNDS, CostModel
-from capsim.kv_cache import Allocator, blocks_for
+from capsim.cost_model import BOUNDS
 from capsim.metrics import GapLog, RequestLog
-from capsim.step_log import StepLog
 from capsim.outcomes import Outcomes
 from capsim.plan import StepPlan
+from capsim.replica import Replica
 from capsim.request import Request
-from capsim.running import RunningSet
-from capsim.schedulers import REJECT_REASONS, Scheduler
+from capsim.schedulers import REJECT_REASONS
+from capsim.step_log import StepLog
 from capsim.workload import ClosedLoopStream, OpenLoopStream
 
 _LATE = 2  # step ends fire after same-time arrivals (SimPy's NORMAL is 1)
@@ -56,33 +53,6 @@ class _At(Event):
         env.schedule_at(self, priority, when)
 
 
-@dataclass
-class Replica:
-    index: int
-    scheduler: Scheduler
-    kv: Allocator
-    cost: CostModel
-    running: RunningSet
-    waiting: deque = field(default_factory=deque)
-    stored_tokens: int = 0  # KV tokens held by requests (the computed tokens of the running ones)
-    stale: dict = field(default_factory=dict)  # decoders skipped by the last step: id -> last token time
-    wake: Event | None = None
-    swap: SwapSpace | None = None  # preemption by swapping to host memory (None: recompute)
-    swap_bytes_this_step: float = 0.0
-
-
-@dataclass
-class SwapSpace:
-    """Host memory a replica swaps preempted requests' KV into, over its PCIe link."""
-
-    capacity_bytes: float
-    bytes_per_block: float
-    link_bytes_per_s: float
-    used_bytes: float = 0.0
-    held: dict = field(default_factory=dict)  # request id -> bytes it has in host memory
-    total_bytes: float = 0.0  # swapped out + in over the run
-
-
 class Engine:
     ROUTERS = ("round_robin", "least_outstanding", "least_kv")
 
@@ -98,8 +68,6 @@ class Engine:
         self.gaps = GapLog()
         self.arrived = 0
         self.next_index = 0  # open loop: index of the next arrival
-        self.prompt_tokens_admitted = 0  # prefix caching: prompt tokens looked up in the cache...
-        self.prefill_tokens_saved = 0  # ...and those found there
         self._arrivals_done = False
         self._pending_sends: dict[int, float] = {}  # closed loop: user -> send time
         self._rr = 0
@@ -134,6 +102,14 @@ class Engine:
     @property
     def swapped_bytes(self) -> float:
         return sum(r.swap.total_bytes for r in self.replicas if r.swap)
+
+    @property
+    def prompt_tokens_admitted(self) -> int:
+        return sum(r.prompt_tokens_admitted for r in self.replicas)
+
+    @property
+    def prefill_tokens_saved(self) -> int:
+        return sum(r.prefill_tokens_saved for r in self.replicas)
 
     # ---------------------------------------------------------------- services for arrivals.py
 
@@ -231,11 +207,11 @@ class Engine:
         for req, reason in plan.rejected:
             self.outcomes.finish(req, "rejected", reason)
         if plan.preempted:
-            self._preempt(rep, plan.preempted)
+            rep.preempt(plan.preempted)
         for req, hits in zip(plan.admitted, plan.cached_blocks):
             if req.first_scheduled_s is None:
                 req.first_scheduled_s = now
-            self._admit(rep, req, hits)
+            rep.admit(req, hits)
         explicit_decoders = [r for r in plan.scheduled if running.is_decoder(r)]
         for req in explicit_decoders:  # slow path: they advance one by one this step
             running.stop_decoding(req)
@@ -245,46 +221,6 @@ class Engine:
             rep.stale = {}
         for req, n in zip(plan.scheduled, plan.new_tokens):
             kv.allocate(req, req.computed_tokens + n)
-
-    def _preempt(self, rep: Replica, victims: list[Request]) -> None:
-        """Take victims off the GPU: swap their KV to host memory if there is room (they keep
-        their tokens), otherwise drop it (they recompute everything later)."""
-        rep.running.remove(victims)
-        swap = rep.swap
-        for req in victims:
-            size = blocks_for(req.computed_tokens, rep.kv.block_size) * swap.bytes_per_block if swap else 0.0
-            rep.kv.release(req)
-            rep.stored_tokens -= req.computed_tokens
-            req.preemptions += 1
-            if swap is not None and swap.used_bytes + size <= swap.capacity_bytes:
-                swap.held[req.id] = size
-                swap.used_bytes += size
-                swap.total_bytes += size
-                rep.swap_bytes_this_step += size
-            else:
-                req.recomputed_tokens += req.computed_tokens
-                req.computed_tokens = 0
-        rep.waiting.extendleft(victims)  # newest-first list -> oldest at the front
-
-    def _admit(self, rep: Replica, req: Request, hits: int) -> None:
-        """A waiting request joins: its KV comes back from host memory, or its cached prefix is
-        mapped in, before the step allocates the rest."""
-        kv = rep.kv
-        if rep.swap is not None and req.id in rep.swap.held:
-            size = rep.swap.held.pop(req.id)
-            rep.swap.used_bytes -= size
-            rep.swap.total_bytes += size
-            rep.swap_bytes_this_step += size
-            kv.restore(req)
-            rep.stored_tokens += req.computed_tokens
-        elif kv.caching and not req.computed_tokens:
-            self.prompt_tokens_admitted += req.known_tokens
-            if hits:
-                kv.use_hits(req, hits)
-                req.computed_tokens = hits * kv.block_size
-                rep.stored_tokens += req.computed_tokens
-                self.prefill_tokens_saved += req.computed_tokens
-        rep.running.admit(req)
 
     def _step(self, rep: Replica, plan: StepPlan):
         """One general forward pass (prefill, mixed, or decodes listed one by one)."""
@@ -330,20 +266,9 @@ class Engine:
         self._release(rep, done, end)
 
     def _fork(self, rep: Replica, parent: Request) -> None:
-        """Parallel sampling: the other n - 1 answers start from the parent's prompt, sharing its
-        blocks, each with its own first token sampled in this same step."""
         self.outcomes.forked(parent, parent.samples)
-        for _ in range(parent.samples - 1):
-            self._sample_ids += 1
-            child = Request(self._sample_ids, parent.arrival_s, parent.prompt_tokens, parent.output_tokens,
-                            computed_tokens=parent.computed_tokens, generated_tokens=1,
-                            first_scheduled_s=parent.first_scheduled_s, first_token_s=parent.first_token_s,
-                            last_token_s=parent.last_token_s, user=parent.user, replica=parent.replica,
-                            class_index=parent.class_index, shared_prefix_tokens=parent.shared_prefix_tokens,
-                            session=parent.session, parent=parent.id)
-            rep.kv.fork(parent, child)
-            rep.stored_tokens += child.computed_tokens
-            rep.running.admit(child)  # decoding from here on (done at once if it wanted one token)
+        rep.fork(parent, self._sample_ids + 1)
+        self._sample_ids += parent.samples - 1
 
     def _decode(self, rep: Replica, plan: StepPlan):
         """k steps in which every running request decodes one token, in one wait (k = 1 when
@@ -442,11 +367,7 @@ class Engine:
                 self.gaps.add(end - start, count, cls)
 
     def _release(self, rep: Replica, done: list[Request], end: float) -> None:
-        if not done:
-            return
-        rep.running.remove(done)
-        for req in done:
-            req.finish_s = end
-            rep.kv.release(req)
-            rep.stored_tokens -= req.computed_tokens
-            self.outcomes.finish(req, "completed")
+        if done:
+            rep.release(done, end)
+            for req in done:
+                self.outcomes.finish(req, "completed")

@@ -13,21 +13,22 @@ import numpy as np
 import pandas as pd
 
 from capsim import config as C
-from capsim.workload_schema import WorkloadConfig
 from capsim.catalog import load_hardware, load_model
 from capsim.cost_model import CostModel
-from capsim.engine import Engine, Replica, SwapSpace
+from capsim.engine import Engine
+from capsim.engines import EngineProfile, load_engine
 from capsim.errors import CapsimError
 from capsim.formats import NumberFormat, get_format
-from capsim.engines import EngineProfile, load_engine
 from capsim.kv_cache import ContiguousAllocator, PagedAllocator
 from capsim.memory import MemoryBudget, memory_budget
 from capsim.metrics import per_class, summarize
-from capsim.step_log import step_totals
+from capsim.replica import Replica, SwapSpace
 from capsim.running import RunningSet
-from capsim.speculative import TokenSchedule
 from capsim.schedulers import SCHEDULERS
+from capsim.speculative import TokenSchedule
+from capsim.step_log import step_totals
 from capsim.workload import build_stream
+from capsim.workload_schema import WorkloadConfig
 
 
 @dataclass(frozen=True)

@@ -237,8 +237,8 @@ SEED_UTILISATION = {
 def utilisation_table() -> DocTable:
     """The explainer's slot-step example run through the real schedulers (static vs continuous)."""
     from capsim.config import validate
-    from capsim.workload_schema import WorkloadConfig
     from capsim.simulation import simulate
+    from capsim.workload_schema import WorkloadConfig
 
     workload = validate(WorkloadConfig, SEED_UTILISATION, "seed-utilisation")
     rows = []

@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 
 from capsim.config import _UNION_TAGS, Frozen, ModelSpec
 
+
 class Fixed(Frozen):
     dist: Literal["fixed"]
     value: int = Field(gt=0)

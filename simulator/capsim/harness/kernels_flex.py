@@ -76,7 +76,7 @@ def paged_decode_flex(query, k_cache, v_cache, block_tables, context_lens, *, ma
     Build `block_mask` once with `flex_block_mask` to time the kernel alone; fp8 caches are
     dequantised to the query dtype first (FlexAttention has no fp8 KV path).
     """
-    torch = require_torch()
+    require_torch()  # a clear error when torch is missing
     from torch.nn.attention.flex_attention import flex_attention
 
     num_blocks, block_size, kv_heads, head_dim = k_cache.shape
