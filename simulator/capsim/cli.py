@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from capsim.console import dict_table, rich_table
 from capsim.errors import CapsimError
 
 app = typer.Typer(
@@ -45,15 +45,6 @@ PriceOpt = Annotated[Optional[list[str]], typer.Option(
     "--price-per-hour", help="US$ per GPU-hour: one price for all GPUs, or GPU=PRICE (repeatable); default: the profile's")]
 FormatOpt = Annotated[TableFormat, typer.Option("--format", help="table | markdown | csv | json")]
 OutOpt = Annotated[Optional[Path], typer.Option("--out", help="write the results (CSV + JSON) into this directory")]
-
-
-def _rich_table(title: str, columns: list[str], rows: list[list], caption: str | None = None) -> Table:
-    t = Table(title=title, caption=caption, caption_justify="left")
-    for c in columns:
-        t.add_column(c, justify="left" if c in ("model", "name", "format", "allocator", "scheduler", "bound", "gpu") else "right")
-    for row in rows:
-        t.add_row(*["" if v is None else f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v) for v in row])
-    return t
 
 
 @app.command()
@@ -181,51 +172,24 @@ def tables(
         return
     for t in result:
         caption = "\n".join([f"• {a}" for a in t.assumptions] + [f"• note: {n}" for n in t.notes])
-        out.print(_rich_table(t.title, t.columns, t.rows, caption))
+        out.print(rich_table(t.title, t.columns, t.rows, caption))
         out.print()
 
 
 @app.command()
-def gpus(fmt: Annotated[TableFormat, typer.Option("--format", help="table | markdown | csv | json")] = TableFormat.table) -> None:
+def gpus(fmt: FormatOpt = TableFormat.table) -> None:
     """List the GPU catalogue: memory, bandwidth, dense peaks, price."""
-    from capsim.catalog import hardware_catalog
+    from capsim.listings import gpu_listing
 
-    cat = hardware_catalog()
-    if fmt is TableFormat.json:
-        sys.stdout.write(json.dumps({k: v.model_dump() for k, v in cat.items()}, indent=2) + "\n")
-        return
-    columns = ["name", "aliases", "memory_gib", "bandwidth_gb_s", "fp16_tflops", "fp8_tflops", "price_usd_per_h"]
-    rows = [[p.name, ", ".join(p.aliases), round(p.memory_bytes / 2**30, 1), round(p.memory_bandwidth_bytes_per_s / 1e9),
-             round(p.peak_flops["fp16"] / 1e12, 1), round(p.peak_flops["fp8"] / 1e12, 1) if "fp8" in p.peak_flops else None,
-             p.price_per_hour_usd] for p in cat.values()]
-    _print_rows("GPUs (dense tensor peaks; GeForce at FP32 accumulate)", columns, rows, fmt)
+    _listing(gpu_listing(), fmt)
 
 
 @app.command()
-def models(fmt: Annotated[TableFormat, typer.Option("--format", help="table | markdown | csv | json")] = TableFormat.table) -> None:
+def models(fmt: FormatOpt = TableFormat.table) -> None:
     """List the model catalogue with derived sizes (parameters, KV bytes per token, state)."""
-    from capsim import architecture as arch
-    from capsim.catalog import model_catalog
+    from capsim.listings import model_listing
 
-    cat = model_catalog()
-    if fmt is TableFormat.json:
-        data = {}
-        for name, spec in cat.items():
-            p = arch.param_counts(spec)
-            data[name] = spec.model_dump() | {"derived": {
-                "total_params": p.total, "active_params": p.active,
-                "flops_per_token": 2 * p.active, "kv_bytes_per_token_fp16": arch.kv_bytes_per_token(spec, 2),
-                "state_bytes_per_sequence": arch.state_bytes_per_sequence(spec)}}
-        sys.stdout.write(json.dumps(data, indent=2) + "\n")
-        return
-    columns = ["name", "params_b", "active_b", "layers", "kv_heads", "head_dim", "kv_kib_per_token_fp16", "state_mib_per_seq", "context"]
-    rows = []
-    for spec in cat.values():
-        p = arch.param_counts(spec)
-        rows.append([spec.name, round(p.total / 1e9, 2), round(p.active / 1e9, 2), spec.num_layers, spec.num_kv_heads,
-                     spec.head_dim, round(arch.kv_bytes_per_token(spec, 2) / 1024, 1),
-                     round(arch.state_bytes_per_sequence(spec) / 2**20, 1), spec.max_context_tokens])
-    _print_rows("Models (from their published configs)", columns, rows, fmt)
+    _listing(model_listing(), fmt)
 
 
 def _print_rows(title: str, columns: list[str], rows: list[list], fmt: TableFormat) -> None:
@@ -236,7 +200,15 @@ def _print_rows(title: str, columns: list[str], rows: list[list], fmt: TableForm
     elif fmt is TableFormat.csv:
         sys.stdout.write(csv_table(columns, rows))
     else:
-        out.print(_rich_table(title, columns, rows))
+        out.print(rich_table(title, columns, rows))
+
+
+def _listing(listing: tuple, fmt: TableFormat) -> None:
+    title, columns, rows, data = listing
+    if fmt is TableFormat.json:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        _print_rows(title, columns, rows, fmt)
 
 
 @app.command()
@@ -404,12 +376,6 @@ def _progress(label: str):
     return progress(err, label)
 
 
-def _dict_table(title: str, rows: list[dict]) -> Table:
-    """A Rich table of dict rows, columns in first-seen order across all rows."""
-    columns = list(dict.fromkeys(k for r in rows for k in r)) or ["(no rows)"]
-    return _rich_table(title, columns, [[r.get(c) for c in columns] for r in rows])
-
-
 @app.command()
 def calibrate(
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cuda",
@@ -428,7 +394,7 @@ def calibrate(
     if check_profile is not None:
         report = harness.check(check_profile)
         title = f"Held-out errors of {report.profile_path.name} (raw data hash {'matches' if report.sha256_matches else 'DIFFERS'})"
-        out.print(_dict_table(title, report.table_rows()))
+        out.print(dict_table(title, report.table_rows()))
         return
     if deadline_s is not None and deadline_s <= 0:
         raise CapsimError(f"--deadline-s: must be positive (got {deadline_s}).")
@@ -442,7 +408,7 @@ def calibrate(
 
         result = harness.calibrate(device, backend, out_dir, quick=quick, deadline_s=deadline_s, tiny=tiny,
                                    base_gpu=base_gpu, progress=progress)
-    out.print(_dict_table("Fit (MAPE %: train, 5-fold, leave-one-group-out)", result.table_rows()))
+    out.print(dict_table("Fit (MAPE %: train, 5-fold, leave-one-group-out)", result.table_rows()))
     note = " (stopped at the deadline)" if result.stopped_at_deadline else ""
     out.print(f"{result.points_measured} of {result.points_planned} points measured in {result.elapsed_s:.0f} s{note}; "
               f"profile: {result.profile_path}; raw data: {result.raw_data_path}", highlight=False)
@@ -468,8 +434,8 @@ def validate(
     if fmt is TableFormat.table:
         from capsim.validate import GROUP_COLUMNS, POINT_COLUMNS, group_rows, point_rows
 
-        out.print(_rich_table("Validation points (error = predicted / measured - 1)", POINT_COLUMNS, point_rows(outcomes)))
-        out.print(_rich_table("MAPE per group", GROUP_COLUMNS, group_rows(outcomes)))
+        out.print(rich_table("Validation points (error = predicted / measured - 1)", POINT_COLUMNS, point_rows(outcomes)))
+        out.print(rich_table("MAPE per group", GROUP_COLUMNS, group_rows(outcomes)))
     else:
         sys.stdout.write(render(outcomes, fmt.value))
     if out_dir is not None:
@@ -477,21 +443,11 @@ def validate(
 
 
 @app.command()
-def engines(fmt: Annotated[TableFormat, typer.Option("--format", help="table | markdown | csv | json")] = TableFormat.table) -> None:
+def engines(fmt: FormatOpt = TableFormat.table) -> None:
     """List the serving-engine profiles: scheduling defaults, host overheads, kernel counts."""
-    from capsim.engines import engine_catalog
+    from capsim.listings import engine_listing
 
-    cat = engine_catalog()
-    if fmt is TableFormat.json:
-        sys.stdout.write(json.dumps({k: v.model_dump() for k, v in cat.items()}, indent=2) + "\n")
-        return
-    columns = ["name", "version", "scheduler", "max_num_seqs", "max_num_batched_tokens", "block_size",
-               "gpu_memory_utilization", "cuda_graphs", "kernels_per_layer", "step_ms", "seq_us"]
-    rows = [[e.name, e.version, e.scheduler.kind, e.scheduler.max_num_seqs,
-             e.scheduler.max_num_batched_tokens or "max(max_model_len, 2048)",
-             e.scheduler.block_size, e.gpu_memory_utilization, e.cuda_graphs, e.kernels_per_layer,
-             round(e.overhead.step_s * 1e3, 3), round(e.overhead.seq_s * 1e6, 1)] for e in cat.values()]
-    _print_rows("Serving-engine profiles (capsim/data/engines.yaml; sources: --format json)", columns, rows, fmt)
+    _listing(engine_listing(), fmt)
 
 
 def main() -> None:

@@ -84,3 +84,23 @@ def csv_table(columns: list[str], rows: list[list]) -> str:
     writer.writerow(columns)
     writer.writerows(rows)
     return buf.getvalue()
+
+
+def rich_table(title: str, columns: list[str], rows: list[list], caption: str | None = None):
+    """A Rich table (text columns left, numbers right; ints with thousands separators)."""
+    from rich.table import Table
+
+    table = Table(title=title, caption=caption, caption_justify="left")
+    for c in columns:
+        left = c in ("model", "name", "format", "allocator", "scheduler", "bound", "gpu")
+        table.add_column(c, justify="left" if left else "right")
+    for row in rows:
+        table.add_row(*["" if v is None else f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+                        for v in row])
+    return table
+
+
+def dict_table(title: str, rows: list[dict]):
+    """A Rich table of dict rows, columns in first-seen order across all rows."""
+    columns = list(dict.fromkeys(k for r in rows for k in r)) or ["(no rows)"]
+    return rich_table(title, columns, [[r.get(c) for c in columns] for r in rows])
