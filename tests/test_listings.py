@@ -10,7 +10,7 @@ def test_each_listing_has_a_row_per_entry_and_matching_json():
         assert len(rows) == len(catalog) == len(data) and all(len(r) == len(columns) for r in rows)
         assert [r[0] for r in rows] == list(catalog)
     _, columns, rows, data = engine_listing()
-    assert {"vllm", "sglang", "llama.cpp"} <= set(data) and all(len(r) == len(columns) for r in rows)
+    assert {"vllm", "trt-llm", "llama.cpp"} <= set(data) and all(len(r) == len(columns) for r in rows)
 
 
 def test_model_listing_derives_sizes():
