@@ -173,28 +173,23 @@ class StaticScheduler(Scheduler):
 
 class ContinuousScheduler(Scheduler):
     kind = "continuous"
+    whole_prompt = True  # a joining prompt is prefilled in one step
 
     def schedule(self, waiting, running, kv):
         plan = StepPlan(slots=self.max_num_seqs)
         free, budget = self._plan_running(running, kv, plan, self.max_num_batched_tokens)
         if plan.preempted:
             return plan  # as vLLM: no admissions in a step that had to preempt
-        plan.wake_on_arrival = self._admit(waiting, running, kv, plan, free, budget, whole_prompt=True)
+        plan.wake_on_arrival = self._admit(waiting, running, kv, plan, free, budget, whole_prompt=self.whole_prompt)
         self._set_repeat(plan, running, kv)
         return plan
 
 
-class ChunkedPrefillScheduler(Scheduler):
+class ChunkedPrefillScheduler(ContinuousScheduler):
+    """Continuous batching whose prompts are cut to fit the step's token budget."""
+
     kind = "chunked"
-
-    def schedule(self, waiting, running, kv):
-        plan = StepPlan(slots=self.max_num_seqs)
-        free, budget = self._plan_running(running, kv, plan, self.max_num_batched_tokens)
-        if plan.preempted:
-            return plan
-        plan.wake_on_arrival = self._admit(waiting, running, kv, plan, free, budget, whole_prompt=False)
-        self._set_repeat(plan, running, kv)
-        return plan
+    whole_prompt = False
 
 
 SCHEDULERS: dict[str, type[Scheduler]] = {
