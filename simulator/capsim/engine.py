@@ -291,7 +291,11 @@ class Engine:
         used0, stored0 = kv.used_units, rep.stored_tokens
         kv.promise(kv.decode_need(running, k))
         end = float(ends[-1])
-        waiting = self._waiting_during(rep, ends, k)
+        # The queue length each step ends with: arrivals land only in the last step when the
+        # macro-step stopped for them (read after the wait); elsewhere they are counted per step.
+        waiting = len(rep.waiting)
+        if k > 1 and self.next_arrival_s() <= ends[-2]:
+            waiting = waiting + self._arrivals_by(np.asarray(ends))
         step0, gained = running.steps, running.tokens_ahead(k)
         yield _At(env, end, _LATE)
         running.advance(k, end)
@@ -300,14 +304,8 @@ class Engine:
         rep.stored_tokens += n * gained
         self.steps.add_segment(ends, now, rep.index, n, plan.slots, used0, residues,
                                stored0 - kv.shared_units * kv.block_size, waiting, ctx_full0, ctx_sliding0, below,
-                               kv.shared_units, step0, kv.state_units)
+                               kv.shared_units, step0, kv.state_units, len(rep.waiting))
         self._release(rep, running.finishing(), end)
-
-    def _waiting_during(self, rep: Replica, ends, k: int):
-        """Queue length at the end of each of the k steps (a number when it does not change)."""
-        if self.next_arrival_s() > ends[-1]:
-            return len(rep.waiting)
-        return len(rep.waiting) + self._arrivals_by(np.asarray(ends))
 
     def _arrivals_by(self, ends: np.ndarray) -> np.ndarray:
         """How many requests will have arrived by each of these times, counting from now (one

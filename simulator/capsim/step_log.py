@@ -43,9 +43,10 @@ class StepLog:
     DTYPES = (np.float64, np.float64, np.int16, np.int32, np.int32, np.int32, np.int32, np.int8, np.float64,
               np.float64, np.int32, np.int64, np.int64, np.int32, np.int16, np.int32)
     # segment row: k, start_s, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0,
-    # ctx_sliding0, below_window, shared, step0, state_units
+    # ctx_sliding0, below_window, shared, step0, state_units, waiting_last
     _SEG = {name: i for i, name in enumerate(("k", "start", "replica", "n", "slots", "used0", "stored0", "waiting",
-                                               "ctx_full0", "ctx_sliding0", "below", "shared", "step0", "state"))}
+                                               "ctx_full0", "ctx_sliding0", "below", "shared", "step0", "state",
+                                               "waiting_last"))}
 
     def __init__(self, block_size: int = 1, schedule=None) -> None:
         self.block_size = block_size  # 1: contiguous (units are tokens, nothing grows in a segment)
@@ -76,12 +77,14 @@ class StepLog:
 
     def add_segment(self, ends, start_s: float, replica: int, num_seqs: int, slots: int, used0: int,
                     residues: tuple[int, ...] | None, stored0: int, waiting, ctx_full0: int, ctx_sliding0: int,
-                    below_window: int, shared: int = 0, step0: int = 0, state_units: int = 0) -> None:
+                    below_window: int, shared: int = 0, step0: int = 0, state_units: int = 0,
+                    waiting_last: int | None = None) -> None:
         """len(ends) decode steps of num_seqs sequences from start_s. Step j (1..k) attends
         ctx_full0 + num_seqs*o_j positions (ctx_sliding0 + below_window*o_j in sliding layers),
         holds used0 + the blocks `residues` add over its tokens, and stored0 + num_seqs*g_j
         tokens (o_j, g_j: j, or the speculative schedule's); `waiting` is the queue length (a
-        number, or one per step); state_units of used are per-sequence state, not token slots."""
+        number, or one per step; waiting_last: the last step's, when only it differs); state_units
+        of used are per-sequence state, not token slots."""
         k = len(ends)
         if isinstance(ends, np.ndarray):
             self._ends.frombytes(ends.astype(np.float64, copy=False).tobytes())
@@ -89,9 +92,11 @@ class StepLog:
             self._ends.extend(ends)
         if not isinstance(waiting, int):
             self._waiting_steps[len(self._segments)] = waiting
-            waiting = 0
+            waiting = waiting_last = 0
+        elif waiting_last is None:
+            waiting_last = waiting
         self._segments.add((k, start_s, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0, ctx_sliding0,
-                            below_window, shared, step0, state_units))
+                            below_window, shared, step0, state_units, waiting_last))
         self._residues.add(residues or self._no_residues)
         self.rows += k
 
@@ -162,6 +167,7 @@ class StepLog:
                         (per_step("ctx_sliding0") + per_step("below") * offset).astype(np.float64))
         used = per_step("used0") + self._growth(a, b, which, gained, n)
         waiting = per_step("waiting")
+        waiting[first + ks - 1] = seg[:, s["waiting_last"]]
         for index, steps in self._waiting_steps.items():
             if a <= index < b:
                 waiting[first[index - a]:first[index - a] + ks[index - a]] = steps
