@@ -50,6 +50,17 @@ def test_engine_defaults_fill_only_what_the_workload_leaves_unset(round_gpu_file
     assert a100.workload.scheduler.max_num_seqs == 256 and a100.max_num_batched_tokens == 2048  # vLLM leaves A100s small
 
 
+def test_choosing_another_batching_mode_drops_the_engines_token_budget():
+    # vLLM with chunked prefill turned off prefills whole prompts: its budget is max(max_model_len, 2048),
+    # not the chunked 2048, so a continuous scheduler with a long max_model_len still resolves.
+    w = workload("rtx4090", model="mistral-7b", engine="vllm", max_model_len=8192,
+                 scheduler={"kind": "continuous", "max_num_seqs": 128})
+    setup = resolve(w, "w.yaml")
+    assert setup.workload.scheduler.kind == "continuous" and setup.max_num_batched_tokens == 8192
+    chunked = resolve(workload("rtx4090", model="mistral-7b", engine="vllm", scheduler={"kind": "chunked"}), "w.yaml")
+    assert chunked.max_num_batched_tokens == 2048  # the engine's own mode keeps its budget
+
+
 def _engine(**over) -> EngineProfile:
     data = {"name": "e", "version": "test", "scheduler": {"kind": "chunked", "max_num_seqs": 8, "block_size": 16},
             "gpu_memory_utilization": 0.9, "kernels_per_layer": 10, "cuda_graph_max_batch": 4,

@@ -193,6 +193,10 @@ def with_engine_defaults(w: WorkloadConfig, engine: EngineProfile | None, hardwa
         return w
     defaults = engine.scheduler_for(hardware.memory_visible_bytes or hardware.memory_bytes, hardware.name)
     given = w.scheduler.model_fields_set if "scheduler" in w.model_fields_set else set()
+    if "kind" in given and w.scheduler.kind != defaults.kind:
+        # The engine's token budget belongs to its own batching mode: vLLM with chunked prefill
+        # turned off defaults to max(max_model_len, 2048), which resolve() applies to an unset budget.
+        given = given | {"max_num_batched_tokens"}
     sched = {k: getattr(defaults, k) for k in ("kind", "max_num_seqs", "max_num_batched_tokens", "block_size")
              if k not in given}
     update = {"scheduler": w.scheduler.model_copy(update=sched)}
