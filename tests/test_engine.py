@@ -83,15 +83,16 @@ def test_preempting_case_really_preempts(round_gpu_file):
 @given(
     kind=st.sampled_from(["static", "continuous", "chunked"]),
     allocator=st.sampled_from(["paged", "contiguous"]),
+    block_size=st.sampled_from([1, 4, 16]),
     blocks=st.integers(20, 400),
     rate=st.floats(10, 5000),
     seed=st.integers(0, 1000),
     horizon=st.one_of(st.none(), st.floats(0.001, 0.05)),
 )
-def test_accounting_and_time_properties(round_gpu_file, kind, allocator, blocks, rate, seed, horizon):
-    w = workload(round_gpu_file, scheduler={"kind": kind, "max_num_seqs": 8, "block_size": 4,
+def test_accounting_and_time_properties(round_gpu_file, kind, allocator, block_size, blocks, rate, seed, horizon):
+    w = workload(round_gpu_file, scheduler={"kind": kind, "max_num_seqs": 8, "block_size": block_size,
                                             "max_num_batched_tokens": 4096 if kind != "chunked" else 48},
-                 allocator=allocator, num_gpu_blocks=blocks if allocator == "paged" else blocks * 4,
+                 allocator=allocator, num_gpu_blocks=blocks * 4 // block_size if allocator == "paged" else blocks * 4,
                  arrivals={"kind": "poisson", "rate_per_s": rate}, seed=seed, horizon_s=horizon, max_model_len=4096)
     r = simulate(w)
     s = r.summary
@@ -101,8 +102,9 @@ def test_accounting_and_time_properties(round_gpu_file, kind, allocator, blocks,
         assert s["unfinished"] == 0  # everything drains without a horizon
     ends = r.steps["end_s"].to_numpy()
     assert np.all(np.diff(ends) >= 0) and np.all(r.steps["duration_s"] > 0)
-    capacity = blocks if allocator == "paged" else blocks * 4
+    capacity = blocks * 4 // block_size if allocator == "paged" else blocks * 4
     assert (r.steps["kv_used_units"] <= capacity).all()  # (no steps at all when everything is rejected)
+    assert (r.steps["kv_stored_tokens"] <= r.steps["kv_held_tokens"]).all()  # a stored token holds a slot
     done = r.requests[r.requests["outcome"] == "completed"]
     assert np.all(done["first_token_s"] >= done["arrival_s"]) and np.all(done["finish_s"] >= done["first_token_s"])
     assert np.all(done["generated_tokens"] == done["output_tokens"])

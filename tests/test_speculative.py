@@ -32,7 +32,7 @@ def test_unit_steps_with_two_tokens_a_step(round_gpu_file):
     assert r.summary["num_steps"] == 6 and row["generated_tokens"] == 10
     assert row["ttft_ms"] == 1000.0 and row["e2el_ms"] == 6000.0
     assert row["tpot_ms"] == pytest.approx(5000.0 / 9)
-    assert list(r.steps["decode_tokens"]) == [0, 2, 2, 2, 2, 2]  # tokens gained per step (the last keeps 1)
+    assert list(r.steps["decode_tokens"]) == [0, 2, 2, 2, 2, 1]  # tokens gained per step (the last keeps 1)
 
 
 def test_speculation_cuts_tpot_and_the_draft_costs_time(round_gpu_file):
@@ -55,3 +55,17 @@ def test_speculative_macro_steps_are_exact(round_gpu_file, draft):
     assert macro.summary_json() == step.summary_json()
     assert macro.requests.equals(step.requests) and macro.steps.equals(step.steps)
     assert macro.summary["completed"] == 40
+
+
+@pytest.mark.parametrize("block_size", [1, 16])
+def test_tokens_a_finishing_sequence_does_not_want_are_neither_stored_nor_counted(round_gpu_file, block_size):
+    # 2.77 tokens a step: most requests finish part-way through their last step's tokens
+    w = workload(round_gpu_file, speculative={"draft_tokens": 4, "acceptance_rate": 0.7}, requests=60,
+                 scheduler={"kind": "continuous", "max_num_seqs": 8, "block_size": block_size})
+    r = simulate(w)
+    steps, reqs = r.steps, r.requests
+    assert (steps["kv_stored_tokens"] <= steps["kv_held_tokens"]).all()
+    # the prefill step emits each request's first token without storing it
+    produced = steps["prefill_tokens"].sum() + steps["decode_tokens"].sum()
+    assert produced == reqs["prompt_tokens"].sum() + reqs["generated_tokens"].sum() - len(reqs)
+    assert r.summary["kv_utilisation"] <= 1.0

@@ -27,6 +27,16 @@ def test_a_macro_segment_expands_into_its_steps():
     assert list(df["bytes"])[1:] == [12.0, 14.0, 16.0, 18.0, 20.0]  # the context each step attends
 
 
+def test_block_size_one_grows_every_token_and_contiguous_never():
+    paged, contiguous = StepLog(block_size=1), StepLog(block_size=1, paged=False)
+    for log in (paged, contiguous):  # 3 steps of 2 sequences; the last step gives one of them a token too many
+        log.add_segment([2.0, 3.0, 4.0], 1.0, 0, 2, 8, 10, (2,), 10, 0, 10, 0, 0, cut_last=1)
+    assert list(paged.frame(_pricer)["kv_used_units"]) == [12, 14, 16]
+    assert list(contiguous.frame(_pricer)["kv_used_units"]) == [10, 10, 10]
+    df = paged.frame(_pricer)
+    assert list(df["kv_stored_tokens"]) == [12, 14, 15] and list(df["decode_tokens"]) == [2, 2, 1]
+
+
 def test_large_runs_are_summarised_in_chunks_and_tabled_per_macro_step(round_gpu_file, monkeypatch):
     w = workload(round_gpu_file, requests=200)
     small = simulate(w)

@@ -64,7 +64,8 @@ class Engine:
         self.requests = RequestLog(REJECT_REASONS, stream.class_names)
         self.outcomes = Outcomes(self.requests)
         self.num_classes = len(stream.class_names)
-        self.steps = StepLog(block_size=replicas[0].kv.block_size, schedule=replicas[0].running.schedule)
+        kv = replicas[0].kv
+        self.steps = StepLog(kv.block_size, replicas[0].running.schedule, paged=kv.kind == "paged")
         self.gaps = GapLog()
         self.arrived = 0
         self.next_index = 0  # open loop: index of the next arrival
@@ -234,9 +235,12 @@ class Engine:
         end = now + cost.seconds
         yield _At(self.env, end, _LATE)
         gained = running.tokens_ahead(1) if plan.num_decodes else 0
+        finished = []
         if plan.num_decodes:
             running.advance(1, end)
             self._decoder_gaps(rep, now, end)
+            finished = running.finishing()  # decoders with all their tokens at this tick
+        cut = running.overshoot(finished)
         prefill = 0
         emitting = []
         for req, n in zip(plan.scheduled, plan.new_tokens):
@@ -247,7 +251,7 @@ class Engine:
                 kv.register(req)
             if req.computed_tokens == req.known_tokens:
                 emitting.append(req)
-        rep.stored_tokens += plan.num_tokens + plan.num_decodes * (gained - 1)
+        rep.stored_tokens += plan.num_tokens + plan.num_decodes * (gained - 1) - cut
         self._emit(emitting, now, end)
         done = []
         for req in emitting:
@@ -257,9 +261,9 @@ class Engine:
                 done.append(req)
             else:
                 running.start_decoding(req)
-        done += running.finishing()
+        done += finished + running.finishing()  # then forked samples that wanted one token
         self.steps.add(end, end - now, rep.index, plan.num_seqs, plan.slots, prefill,
-                       plan.num_tokens - prefill + plan.num_decodes * (gained - 1),
+                       plan.num_tokens - prefill + plan.num_decodes * (gained - 1) - cut,
                        BOUNDS.index(cost.bound), cost.flops, cost.bytes, kv.used_units, kv.held_tokens,
                        rep.stored_tokens - kv.shared_units * kv.block_size, len(rep.waiting), len(plan.preempted),
                        kv.shared_units)
@@ -301,11 +305,13 @@ class Engine:
         running.advance(k, end)
         self._decoder_gaps(rep, now, float(ends[0]))
         self.gaps.add_segment(k, tuple(running.class_counts))
-        rep.stored_tokens += n * gained
+        done = running.finishing()
+        cut = running.overshoot(done)
+        rep.stored_tokens += n * gained - cut
         self.steps.add_segment(ends, now, rep.index, n, plan.slots, used0, residues,
                                stored0 - kv.shared_units * kv.block_size, waiting, ctx_full0, ctx_sliding0, below,
-                               kv.shared_units, step0, kv.state_units, len(rep.waiting))
-        self._release(rep, running.finishing(), end)
+                               kv.shared_units, step0, kv.state_units, len(rep.waiting), cut)
+        self._release(rep, done, end)
 
     def _arrivals_by(self, ends: np.ndarray) -> np.ndarray:
         """How many requests will have arrived by each of these times, counting from now (one

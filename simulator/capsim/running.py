@@ -134,6 +134,14 @@ class RunningSet:
             req.last_token_s = self.last_decode_end_s
             self._tick0[rid] = self.tick
 
+    def overshoot(self, done: list[Request]) -> int:
+        """Tokens the last speculative step gave these finished decoders beyond what they wanted
+        (sync drops them; whoever counted the step's tokens must too). 0 at one token a step."""
+        if self.single:
+            return 0
+        tick, tick0 = self.tick, self._tick0
+        return sum(max(0, r.generated_tokens + tick - tick0[r.id] - r.output_tokens) for r in done)
+
     def tokens_ahead(self, k: int) -> int:
         """Tokens each decoder gains over the next k decode steps."""
         return k if self.single else self.schedule.ahead(self.steps, k)

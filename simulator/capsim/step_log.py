@@ -43,13 +43,14 @@ class StepLog:
     DTYPES = (np.float64, np.float64, np.int16, np.int32, np.int32, np.int32, np.int32, np.int8, np.float64,
               np.float64, np.int32, np.int64, np.int64, np.int32, np.int16, np.int32)
     # segment row: k, start_s, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0,
-    # ctx_sliding0, below_window, shared, step0, state_units, waiting_last
+    # ctx_sliding0, below_window, shared, step0, state_units, waiting_last, cut_last
     _SEG = {name: i for i, name in enumerate(("k", "start", "replica", "n", "slots", "used0", "stored0", "waiting",
                                                "ctx_full0", "ctx_sliding0", "below", "shared", "step0", "state",
-                                               "waiting_last"))}
+                                               "waiting_last", "cut_last"))}
 
-    def __init__(self, block_size: int = 1, schedule=None) -> None:
-        self.block_size = block_size  # 1: contiguous (units are tokens, nothing grows in a segment)
+    def __init__(self, block_size: int = 16, schedule=None, paged: bool = True) -> None:
+        self.block_size = block_size  # tokens per unit of kv_used_units (contiguous: 1)
+        self.paged = paged  # blocks grow with the tokens (contiguous reservations do not)
         self.schedule = schedule  # tokens a decoder gains per step (None: one; see capsim.speculative)
         self.rows = 0
         self._single = Rows(len(self.COLUMNS))
@@ -78,13 +79,14 @@ class StepLog:
     def add_segment(self, ends, start_s: float, replica: int, num_seqs: int, slots: int, used0: int,
                     residues: tuple[int, ...] | None, stored0: int, waiting, ctx_full0: int, ctx_sliding0: int,
                     below_window: int, shared: int = 0, step0: int = 0, state_units: int = 0,
-                    waiting_last: int | None = None) -> None:
+                    waiting_last: int | None = None, cut_last: int = 0) -> None:
         """len(ends) decode steps of num_seqs sequences from start_s. Step j (1..k) attends
         ctx_full0 + num_seqs*o_j positions (ctx_sliding0 + below_window*o_j in sliding layers),
         holds used0 + the blocks `residues` add over its tokens, and stored0 + num_seqs*g_j
         tokens (o_j, g_j: j, or the speculative schedule's); `waiting` is the queue length (a
         number, or one per step; waiting_last: the last step's, when only it differs); state_units
-        of used are per-sequence state, not token slots."""
+        of used are per-sequence state, not token slots; cut_last: tokens the last step gave
+        finishing sequences beyond what they wanted (speculative decoding), not stored."""
         k = len(ends)
         if isinstance(ends, np.ndarray):
             self._ends.frombytes(ends.astype(np.float64, copy=False).tobytes())
@@ -96,7 +98,7 @@ class StepLog:
         elif waiting_last is None:
             waiting_last = waiting
         self._segments.add((k, start_s, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0, ctx_sliding0,
-                            below_window, shared, step0, state_units, waiting_last))
+                            below_window, shared, step0, state_units, waiting_last, cut_last))
         self._residues.add(residues or self._no_residues)
         self.rows += k
 
@@ -172,12 +174,17 @@ class StepLog:
             if a <= index < b:
                 waiting[first[index - a]:first[index - a] + ks[index - a]] = steps
         zeros = np.zeros(len(j), dtype=np.int32)
+        decode_tokens = n * _per_step_gain(gained, j)
+        stored = per_step("stored0") + n * gained
+        last, cut = first + ks - 1, seg[:, s["cut_last"]].astype(np.int64)
+        decode_tokens[last] -= cut
+        stored[last] -= cut
         return {
             "end_s": ends, "duration_s": ends - before, "replica": per_step("replica"), "num_seqs": n,
-            "slots": per_step("slots"), "prefill_tokens": zeros, "decode_tokens": n * _per_step_gain(gained, j),
+            "slots": per_step("slots"), "prefill_tokens": zeros, "decode_tokens": decode_tokens,
             "bound": detail.bound, "flops": detail.flops, "bytes": detail.bytes, "kv_used_units": used,
             "kv_held_tokens": (used - per_step("state")) * self.block_size,
-            "kv_stored_tokens": per_step("stored0") + n * gained, "waiting": waiting, "preempted": zeros,
+            "kv_stored_tokens": stored, "waiting": waiting, "preempted": zeros,
             "kv_shared_units": per_step("shared"),
         }
 
@@ -185,7 +192,7 @@ class StepLog:
         """Blocks added once each sequence has gained `tokens` more: a block per sequence per
         block_size tokens, the partial cycle read from the segment's residue histogram."""
         bs = self.block_size
-        if bs == 1:
+        if not self.paged:
             return np.zeros(len(tokens), dtype=np.int64)
         residues = self._residues.matrix()[a:b].astype(np.int64)
         prefix = np.concatenate((np.zeros((len(residues), 1), dtype=np.int64), np.cumsum(residues, axis=1)), axis=1)
