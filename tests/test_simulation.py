@@ -27,8 +27,10 @@ def test_resolution_errors_name_the_problem(round_gpu_file):
         resolve(workload(round_gpu_file, kv_cache="fp7"), "w.yaml")
     with pytest.raises(CapsimError, match="q4_k_m"):  # a weights-only format is not a KV format
         resolve(workload(round_gpu_file, kv_cache="q4_k_m"), "w.yaml")
-    with pytest.raises(CapsimError, match="unknown model 'lama-2-7b'. Did you mean: llama-2-7b"):
+    with pytest.raises(CapsimError, match="w.yaml: field 'model': unknown model 'lama-2-7b'. Did you mean: llama-2-7b"):
         resolve(workload(round_gpu_file, model="lama-2-7b"), "w.yaml")
+    with pytest.raises(CapsimError, match="w.yaml: field 'gpu': unknown GPU 'rtx4909'. Did you mean: rtx4090"):
+        resolve(workload("rtx4909"), "w.yaml")
     with pytest.raises(CapsimError, match="no GPU given"):
         resolve(workload(None), "w.yaml")
     with pytest.raises(CapsimError, match="leaves no memory for the KV cache"):

@@ -134,10 +134,10 @@ def apply_overrides(w: WorkloadConfig, source: str, **overrides) -> WorkloadConf
 
 def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = None) -> Setup:
     """Look up the model, GPU and formats, size the KV cache, and check the scheduler limits."""
-    model = w.model if isinstance(w.model, C.ModelSpec) else load_model(w.model)
+    model = w.model if isinstance(w.model, C.ModelSpec) else _look_up(load_model, w.model, source, "model")
     if w.gpu is None:
         raise CapsimError(f"{source}: no GPU given: set 'gpu' in the workload or pass --gpu (see `capsim gpus`).")
-    hardware = load_hardware(w.gpu)
+    hardware = _look_up(load_hardware, w.gpu, source, "gpu")
     weights = get_format(w.weights, where=f"{source}: field 'weights'")
     kv_fmt = get_format(w.kv_cache, for_kv=True, where=f"{source}: field 'kv_cache'")
     engine = _engine(w, source)
@@ -177,12 +177,15 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
 
 
 def _engine(w: WorkloadConfig, source: str) -> EngineProfile | None:
-    if w.engine is None:
-        return None
+    return None if w.engine is None else _look_up(load_engine, w.engine, source, "engine")
+
+
+def _look_up(load, name: str, source: str, field: str):
+    """A catalogue entry by name; an unknown one is reported against the workload's field."""
     try:
-        return load_engine(w.engine)
+        return load(name)
     except CapsimError as exc:
-        raise CapsimError(f"{source}: field 'engine': {exc}") from None
+        raise CapsimError(f"{source}: field '{field}': {exc}") from None
 
 
 def with_engine_defaults(w: WorkloadConfig, engine: EngineProfile | None, hardware: C.HardwareProfile) -> WorkloadConfig:
