@@ -14,6 +14,7 @@ from conftest import workload
     ({"scheduler": {"kind": "chunked", "max_num_seqs": 0}}, "scheduler.max_num_seqs"),
     ({"allocator": "buddy"}, "'paged' or 'contiguous'"),
     ({"prompt_tokens": {"dist": "uniform", "min": 10, "max": 5}}, "max must be >= min"),
+    ({"output_tokens": {"dist": "lognormal", "mean": 100, "sigma": 0.5, "min": 200, "max": 50}}, "max must be >= min"),
     ({"prompt_tokens": {"dist": "trace"}}, "needs arrivals.kind 'trace'"),
     ({"colour": "blue"}, "field 'colour': unknown key"),
     ({"classes": [{"name": "a", "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 1},

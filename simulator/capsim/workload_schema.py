@@ -31,22 +31,31 @@ class Uniform(Frozen):
         return self
 
 
-class Normal(Frozen):
-    dist: Literal["normal"]
-    mean: float = Field(gt=0)
-    std: float = Field(ge=0)
+class _Clipped(Frozen):
+    """A continuous distribution rounded to integers and clipped to [min, max] (no max: unbounded)."""
+
     min: int = Field(1, gt=0)
     max: int | None = Field(None, gt=0)
 
+    @model_validator(mode="after")
+    def _order(self) -> _Clipped:
+        if self.max is not None and self.max < self.min:
+            raise ValueError("max must be >= min")
+        return self
 
-class LogNormal(Frozen):
+
+class Normal(_Clipped):
+    dist: Literal["normal"]
+    mean: float = Field(gt=0)
+    std: float = Field(ge=0)
+
+
+class LogNormal(_Clipped):
     """Long-tailed lengths (ShareGPT-like): `mean` of the distribution and log-space `sigma`."""
 
     dist: Literal["lognormal"]
     mean: float = Field(gt=0)
     sigma: float = Field(gt=0)
-    min: int = Field(1, gt=0)
-    max: int | None = Field(None, gt=0)
 
 
 class Empirical(Frozen):
