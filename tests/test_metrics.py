@@ -2,7 +2,9 @@
 
 import numpy as np
 import pytest
-from capsim.metrics import GapLog, RequestLog, distribution, summarize, weighted_percentile
+from capsim import metrics
+from capsim.metrics import (GapLog, RequestLog, distribution, summarize, values_at_ranks, weighted_distribution,
+                            weighted_percentile)
 from capsim.step_log import StepLog, step_totals
 from conftest import make_request
 from hypothesis import given, settings
@@ -17,6 +19,32 @@ def test_weighted_percentile_equals_numpy_on_the_expanded_list(pairs, q):
     counts = np.array([c for _, c in pairs])
     expanded = np.repeat(values, counts)
     assert weighted_percentile(values, counts, q) == pytest.approx(np.percentile(expanded, q), abs=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.floats(-1e6, 1e6, allow_nan=False, allow_subnormal=True), st.integers(0, 4)),
+                min_size=1, max_size=40), st.integers(1, 7))
+def test_radix_select_finds_every_rank_of_the_expanded_list(pairs, chunk):
+    values = np.array([v for v, _ in pairs])
+    counts = np.array([c for _, c in pairs], dtype=np.int64)
+    expanded = np.sort(np.repeat(values, counts))
+    if not len(expanded):
+        return
+    pieces = lambda: ((values[i:i + chunk], counts[i:i + chunk]) for i in range(0, len(values), chunk))
+    found = values_at_ranks(pieces, list(range(len(expanded))))
+    assert [found[r] for r in range(len(expanded))] == expanded.tolist()
+
+
+def test_chunked_distribution_equals_the_in_memory_one(monkeypatch):
+    rng = np.random.default_rng(3)
+    values = np.round(rng.lognormal(3, 1, 5000), 3)  # ties included
+    counts = rng.integers(1, 9, 5000)
+    pieces = lambda: ((values[i:i + 700], counts[i:i + 700]) for i in range(0, 5000, 700))
+    in_memory = weighted_distribution(pieces, "itl")
+    assert in_memory == distribution(values, "itl", counts)
+    monkeypatch.setattr(metrics, "_IN_MEMORY_PAIRS", 10)
+    assert weighted_distribution(pieces, "itl") == in_memory
+    assert in_memory["p99_itl_ms"] == pytest.approx(np.percentile(np.repeat(values, counts), 99), abs=1e-9)
 
 
 def test_distribution_keys_and_empty():
@@ -49,7 +77,7 @@ def test_summary_counts_throughput_and_kv_utilisation():
         steps.add(end, 1.0, 0, 1, 4, 0, 1, 1, 1e12, 1e9, 2, 32, stored, 0, 0, 0)
     gaps = GapLog()
     gaps.add(0.1, 10)
-    s = summarize(log.frame(), step_totals(steps._single_columns()), gaps.arrays(), duration_s=4.0, peak_flops=1e12,
+    s = summarize(log.frame(), step_totals(steps._single_columns()), gaps.view(), duration_s=4.0, peak_flops=1e12,
                   bandwidth_bytes_per_s=1e9, kv_capacity_tokens=64)
     assert s["completed"] == 1 and s["rejected"] == 1 and s["arrived"] == 2 and s["unfinished"] == 0
     assert s["rejected_reasons"] == {"too_long": 1}
@@ -67,6 +95,12 @@ def test_gap_log_expands_segments():
     g.add_segment(3, (5, 0))  # ends 10, 13, 17: two gaps, 3 and 4, shared by 5 sequences of class 0
     g.add_segment(2, (2, 1))  # ends 20, 21
     g.add(2.0, 1, cls=1)
-    gaps, counts, classes = g.arrays(np.array([10.0, 13.0, 17.0, 20.0, 21.0]))  # the StepLog's segment ends
+    view = g.view(np.array([10.0, 13.0, 17.0, 20.0, 21.0]))  # the StepLog's segment ends
+    gaps, counts, classes = view.arrays()
     entries = sorted(zip(gaps.tolist(), counts.tolist(), classes.tolist()))
     assert entries == [(1.0, 1, 1), (1.0, 2, 0), (1.0, 2, 0), (2.0, 1, 1), (3.0, 5, 0), (4.0, 5, 0)]
+    view.CHUNK_SEGMENTS = view.CHUNK_SINGLE = 1  # chunk by chunk: the same entries
+    pieces = sorted((g, n) for part in view.pieces() for g, n in zip(*(a.tolist() for a in part)))
+    assert pieces == sorted((g, n) for g, n, _ in entries)
+    class_one = sorted((g, n) for part in view.pieces(1) for g, n in zip(*(a.tolist() for a in part)))
+    assert class_one == [(1.0, 1), (2.0, 1)]

@@ -4,18 +4,20 @@ The engine writes compact flat buffers: one row per arrived request (`RequestLog
 forward pass (`StepLog`, a macro-step as one segment), and inter-token gaps as (gap, count) pairs
 (`GapLog`): every sequence in a decode step that also emitted in the previous step has the same
 gap, the step's duration, so a step contributes one pair instead of one value per sequence.
-Percentiles over the pairs are exactly numpy's default (linear) percentiles over the expanded list.
+Percentiles over the pairs are exactly numpy's default (linear) percentiles over the expanded list;
+a large run's pairs are read chunk by chunk (`Gaps.pieces`, `weighted_distribution`), never all at
+once. Integer fields are stored as int32 until a value needs int64 (`step_log.Rows`).
 """
 
 from __future__ import annotations
 
 import math
-from array import array
+from itertools import chain
 
 import numpy as np
 import pandas as pd
 
-from capsim.step_log import Rows as _Rows
+from capsim.step_log import Records, Rows
 
 OUTCOMES = ("completed", "rejected", "unfinished")
 BOUND_NAMES = ("compute", "memory", "overhead")
@@ -31,7 +33,7 @@ class RequestLog:
 
     def __init__(self, reject_reasons: tuple[str, ...], class_names: tuple[str, ...] = ("all",)) -> None:
         self.reject_reasons, self.class_names = reject_reasons, class_names
-        self._rows = _Rows(len(self.FIELDS))
+        self._rows = Records(self.FIELDS, ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s"))
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -47,28 +49,32 @@ class RequestLog:
                         req.samples))
 
     def frame(self) -> pd.DataFrame:
-        rows = self._rows.matrix()
-        rows = rows[np.argsort(rows[:, 0], kind="stable")]
-        col = dict(zip(self.FIELDS, rows.T))
-        user = col["user"].astype(np.int64)
+        cols = self._rows.columns()
+        order = np.argsort(cols["id"], kind="stable")
+
+        def take(name: str, dtype) -> np.ndarray:  # one column at a time: a million rows stay small
+            return cols[name].take(order).astype(dtype, copy=False)
+
+        user = take("user", np.int64)
+        reasons = np.array(("",) + self.reject_reasons, dtype=object)
         df = pd.DataFrame({
-            "request_id": col["id"].astype(np.int64),
-            "request_class": pd.Categorical.from_codes(col["class_index"].astype(np.int16), self.class_names),
-            "arrival_s": col["arrival_s"],
-            "prompt_tokens": col["prompt_tokens"].astype(np.int32),
-            "output_tokens": col["output_tokens"].astype(np.int32),
-            "outcome": pd.Categorical.from_codes(col["outcome"].astype(np.int8), OUTCOMES),
-            "reject_reason": np.array(("",) + self.reject_reasons, dtype=object)[col["reject_reason"].astype(np.int64) + 1],
-            "first_scheduled_s": col["first_scheduled_s"], "first_token_s": col["first_token_s"],
-            "finish_s": col["finish_s"],
-            "generated_tokens": col["generated_tokens"].astype(np.int32),
-            "samples": col["samples"].astype(np.int32),
-            "preemptions": col["preemptions"].astype(np.int32),
-            "recomputed_tokens": col["recomputed_tokens"].astype(np.int64),
-            "replica": col["replica"].astype(np.int16),
-            "user": pd.array(np.where(user >= 0, user, 0), dtype="Int32"),
-        })
-        df.loc[user < 0, "user"] = pd.NA
+            "request_id": take("id", np.int64),
+            "request_class": pd.Categorical.from_codes(take("class_index", np.int16), self.class_names),
+            "arrival_s": take("arrival_s", np.float64),
+            "prompt_tokens": take("prompt_tokens", np.int32),
+            "output_tokens": take("output_tokens", np.int32),
+            "outcome": pd.Categorical.from_codes(take("outcome", np.int8), OUTCOMES),
+            "reject_reason": reasons[take("reject_reason", np.int64) + 1],
+            "first_scheduled_s": take("first_scheduled_s", np.float64),
+            "first_token_s": take("first_token_s", np.float64),
+            "finish_s": take("finish_s", np.float64),
+            "generated_tokens": take("generated_tokens", np.int32),
+            "samples": take("samples", np.int32),
+            "preemptions": take("preemptions", np.int32),
+            "recomputed_tokens": take("recomputed_tokens", np.int64),
+            "replica": take("replica", np.int16),
+            "user": pd.arrays.IntegerArray(np.maximum(user, 0).astype(np.int32), user < 0),
+        }, copy=False)
         ms = 1e3
         df["ttft_ms"] = (df["first_token_s"] - df["arrival_s"]) * ms
         df["e2el_ms"] = (df["finish_s"] - df["arrival_s"]) * ms
@@ -84,9 +90,9 @@ class GapLog:
     class. Entry order does not matter: statistics over them are order-independent."""
 
     def __init__(self) -> None:
-        self._single = _Rows(3)
-        self._lengths = array("q")  # steps of each decode segment; their end times are the StepLog's
-        self._counts: _Rows | None = None
+        self._single = Records(("gap_s", "count", "cls"), ("gap_s",))
+        self._lengths = Rows(1, "i")  # steps of each decode segment; their end times are the StepLog's
+        self._counts: Rows | None = None
 
     def add(self, gap_s: float, count: int = 1, cls: int = 0) -> None:
         if count:
@@ -95,35 +101,76 @@ class GapLog:
     def add_segment(self, k: int, counts: tuple[int, ...]) -> None:
         """The gaps between the ends of a k-step decode segment (recorded in the StepLog, in the
         same order), each shared by counts[c] sequences of class c."""
-        self._lengths.append(k)
+        self._lengths.add((k,))
         if self._counts is None:
-            self._counts = _Rows(len(counts))
+            self._counts = Rows(len(counts), "i")
         self._counts.add(counts)
 
+    def view(self, segment_ends: np.ndarray | None = None) -> Gaps:
+        """The gaps, read chunk by chunk; segment_ends: the StepLog's flat segment end times."""
+        single = self._single.columns()
+        lengths = self._lengths.matrix()[:, 0].astype(np.int64)
+        counts = self._counts.matrix() if self._counts is not None else np.zeros((0, 1), dtype=np.int32)
+        return Gaps(single, lengths, counts, np.zeros(0) if segment_ends is None else segment_ends)
+
     def arrays(self, segment_ends: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(gaps_s, counts, classes); segment_ends: the StepLog's flat segment end times."""
+        return self.view(segment_ends).arrays()
+
+
+class Gaps:
+    """A run's inter-token gaps, produced in chunks of (gap_s, count) pairs from the compact log, so
+    a run with tens of millions of gaps never holds them all at once."""
+
+    CHUNK_SEGMENTS = 25_000  # decode segments a chunk (about 150K gaps)
+    CHUNK_SINGLE = 250_000  # one-off gaps a chunk
+
+    def __init__(self, single: dict[str, np.ndarray], lengths: np.ndarray, counts: np.ndarray, ends: np.ndarray) -> None:
+        """single: gap_s, count, cls of one-off gaps; lengths: steps of each decode segment;
+        counts: its sequences of each class (segments x classes); ends: the segments' end times."""
+        self._single, self._lengths, self._counts, self._ends = single, lengths, counts, ends
+        self._offsets = np.concatenate(([0], np.cumsum(lengths)))  # first end of each segment
+
+    @property
+    def num_classes(self) -> int:
+        cls = self._single["cls"]
+        return max(self._counts.shape[1], int(cls.max()) + 1 if len(cls) else 1)
+
+    def entries(self) -> int:
+        """An upper bound on the number of (gap, count) pairs pieces() yields over all classes."""
+        return len(self._single["cls"]) + int((np.maximum(self._lengths - 1, 0)).sum()) * self._counts.shape[1]
+
+    def pieces(self, cls: int | None = None):
+        """(gap_s, count) arrays, chunk by chunk, of one class or all; zero counts left out."""
+        gap_s, count, single_cls = self._single["gap_s"], self._single["count"], self._single["cls"]
+        for a in range(0, len(gap_s), self.CHUNK_SINGLE):
+            part = slice(a, a + self.CHUNK_SINGLE)
+            keep = count[part] > 0 if cls is None else single_cls[part] == cls
+            yield gap_s[part][keep], count[part][keep].astype(np.int64)
+        classes = range(self._counts.shape[1]) if cls is None else [cls]
+        n = len(self._lengths)
+        for a in range(0, n, self.CHUNK_SEGMENTS):
+            b = min(a + self.CHUNK_SEGMENTS, n)
+            ks = self._lengths[a:b]
+            ends = self._ends[self._offsets[a]:self._offsets[b]]
+            keep = np.ones(max(len(ends) - 1, 0), dtype=bool)
+            keep[(np.cumsum(ks) - 1)[:-1]] = False  # the jump from one segment to the next is no gap
+            gaps = np.diff(ends)[keep]
+            for c in classes:
+                if c >= self._counts.shape[1]:
+                    continue
+                per_gap = np.repeat(self._counts[a:b, c].astype(np.int64), ks - 1)
+                mask = per_gap > 0
+                yield gaps[mask], per_gap[mask]
+
+    def arrays(self, cls: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every (gap_s, count, class) entry at once (small runs and tests)."""
         parts = []
-        if len(self._single):
-            m = self._single.matrix()
-            parts.append((m[:, 0].copy(), m[:, 1].astype(np.int64), m[:, 2].astype(np.int16)))
-        if len(self._lengths):
-            parts += self._expand(segment_ends)
+        for c in range(self.num_classes) if cls is None else [cls]:
+            for gaps, counts in self.pieces(c):
+                parts.append((gaps, counts, np.full(len(gaps), c, dtype=np.int16)))
         if not parts:
             return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int16)
         return tuple(np.concatenate(p) for p in zip(*parts))
-
-    def _expand(self, ends: np.ndarray) -> list[tuple]:
-        ks = np.frombuffer(self._lengths, dtype=np.int64)
-        keep = np.ones(len(ends) - 1, dtype=bool)
-        keep[(np.cumsum(ks) - 1)[:-1]] = False  # the jump from one segment to the next is no gap
-        gaps = np.diff(ends)[keep]
-        counts = self._counts.matrix().astype(np.int64)  # segments x classes
-        out = []
-        for cls in range(counts.shape[1]):
-            per_gap = np.repeat(counts[:, cls], ks - 1)
-            mask = per_gap > 0
-            out.append((gaps[mask], per_gap[mask], np.full(int(mask.sum()), cls, dtype=np.int16)))
-        return out
 
 
 def weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
@@ -140,10 +187,83 @@ def weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> flo
     return float(v_lo + (h - lo) * (v_hi - v_lo))
 
 
+_KEY_DIGIT_BITS = 16
+_SIGN = np.uint64(1 << 63)
+
+
+def _order_keys(values: np.ndarray) -> np.ndarray:
+    """uint64 keys that sort as the float64 values do (the IEEE bits, sign-adjusted)."""
+    bits = np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
+    return np.where(bits & _SIGN, ~bits, bits | _SIGN)
+
+
+def _key_value(key: int) -> float:
+    bits = key ^ (1 << 63) if key >> 63 else ~key & (2**64 - 1)
+    return float(np.array([bits], dtype=np.uint64).view(np.float64)[0])
+
+
+def values_at_ranks(pieces, ranks: list[int]) -> dict[int, float]:
+    """The values at these 0-based ranks of the expanded, sorted (value, count) list, reading
+    `pieces()` (a fresh iterator of (values, counts) chunks per call) four times and holding only
+    one chunk: a radix select over the values' order-preserving 64-bit keys, 16 bits a pass.
+    Exact, and independent of the chunks' order."""
+    radix = 1 << _KEY_DIGIT_BITS
+    todo = {r: (0, 0) for r in ranks}  # rank -> (key prefix found so far, pairs below that prefix)
+    for level in range(64 // _KEY_DIGIT_BITS):
+        prefix_shift = np.uint64(64 - _KEY_DIGIT_BITS * level)
+        digit_shift = np.uint64(64 - _KEY_DIGIT_BITS * (level + 1))
+        hist = {p: np.zeros(radix, dtype=np.int64) for p, _ in todo.values()}
+        for values, counts in pieces():
+            keys = _order_keys(values)
+            digits = ((keys >> digit_shift) & np.uint64(radix - 1)).astype(np.intp)
+            weights = counts.astype(np.float64)  # bincount sums in float64: exact below 2**53
+            for p, h in hist.items():
+                if level == 0:
+                    h += np.bincount(digits, weights, minlength=radix).astype(np.int64)
+                else:
+                    mine = (keys >> prefix_shift) == np.uint64(p)
+                    h += np.bincount(digits[mine], weights[mine], minlength=radix).astype(np.int64)
+        for r, (p, below) in todo.items():
+            cum = np.cumsum(hist[p])
+            d = int(np.searchsorted(cum, r - below, side="right"))
+            todo[r] = ((p << _KEY_DIGIT_BITS) | d, below + (int(cum[d - 1]) if d else 0))
+    return {r: _key_value(p) for r, (p, _) in todo.items()}
+
+
+_IN_MEMORY_PAIRS = 2_000_000  # up to this many (value, count) pairs are sorted at once
+
+
+def weighted_distribution(pieces, name: str) -> dict[str, float]:
+    """distribution(values, name, counts) over (values, counts) chunks: `pieces()` gives a fresh
+    iterator each call. Small inputs are joined and sorted; large ones are read a few times, a
+    chunk at a time. Both give the same figures: the sums are exactly rounded and the percentiles
+    exact."""
+    sizes = [len(v) for v, _ in pieces()]
+    if sum(sizes) <= _IN_MEMORY_PAIRS:
+        parts = list(pieces())
+        values = np.concatenate([v for v, _ in parts]) if parts else np.zeros(0)
+        counts = np.concatenate([c for _, c in parts]) if parts else np.zeros(0, dtype=np.int64)
+        return distribution(values, name, counts)
+    total = sum(int(c.sum()) for _, c in pieces())
+    if total == 0:
+        return distribution(np.zeros(0), name)
+    mean = math.fsum(chain.from_iterable((v * c).tolist() for v, c in pieces())) / total
+    std = math.sqrt(math.fsum(chain.from_iterable((c * (v - mean) ** 2).tolist() for v, c in pieces())) / total)
+    ranks = {}
+    for q in (50, 90, 99):
+        h = (total - 1) * q / 100.0
+        lo = int(np.floor(h))
+        ranks[q] = (h, lo, min(lo + 1, total - 1))
+    found = values_at_ranks(pieces, sorted({r for _, lo, hi in ranks.values() for r in (lo, hi)}))
+    p = {q: found[lo] + (h - lo) * (found[hi] - found[lo]) for q, (h, lo, hi) in ranks.items()}
+    stats = (mean, p[50], std, p[90], p[99])
+    return {f"{k}_{name}_ms": float(v) for k, v in zip(("mean", "median", "std", "p90", "p99"), stats)}
+
+
 def distribution(values_ms: np.ndarray, name: str, counts: np.ndarray | None = None) -> dict[str, float]:
     """vLLM's mean/median/std/p90/p99 keys for one metric, in ms (0.0 when there are no values)."""
     keys = ("mean", "median", "std", "p90", "p99")
-    if len(values_ms) == 0:
+    if len(values_ms) == 0 or (counts is not None and not counts.sum()):
         return {f"{k}_{name}_ms": 0.0 for k in keys}
     if counts is None:
         stats = (values_ms.mean(), np.median(values_ms), values_ms.std(),
@@ -157,12 +277,13 @@ def distribution(values_ms: np.ndarray, name: str, counts: np.ndarray | None = N
     return {f"{k}_{name}_ms": float(v) for k, v in zip(keys, stats)}
 
 
-def summarize(requests: pd.DataFrame, steps: dict, gaps: tuple[np.ndarray, ...], *,
+def summarize(requests: pd.DataFrame, steps: dict, gaps: Gaps, *,
               duration_s: float, peak_flops: float, bandwidth_bytes_per_s: float, kv_capacity_tokens: int,
               slo=None, replicas: int = 1) -> dict:
     """The run's summary: vLLM's benchmark keys first, then capsim's (DESIGN §4). `steps` is
     StepLog.totals(): the per-step sums."""
-    done = requests[requests["outcome"] == "completed"]
+    completed = (requests["outcome"] == "completed").to_numpy()
+    done = requests if completed.all() else requests[completed]  # (no copy of a million rows when all completed)
     outcome_counts = requests["outcome"].value_counts()
     duration = duration_s if duration_s > 0 else float("nan")
     out_tokens = int((done["generated_tokens"] * done["samples"]).sum())
@@ -192,21 +313,17 @@ def summarize(requests: pd.DataFrame, steps: dict, gaps: tuple[np.ndarray, ...],
     return s
 
 
-def latencies(done: pd.DataFrame, gaps: tuple[np.ndarray, ...], cls: int | None = None) -> dict:
+def latencies(done: pd.DataFrame, gaps: Gaps, cls: int | None = None) -> dict:
     """TTFT, TPOT, ITL, E2EL and queueing distributions of completed requests (one class or all)."""
-    gap_s, gap_n, gap_cls = gaps
-    if cls is not None:
-        keep = gap_cls == cls
-        gap_s, gap_n = gap_s[keep], gap_n[keep]
     out = distribution(done["ttft_ms"].to_numpy(), "ttft")
     out.update(distribution(done["tpot_ms"].dropna().to_numpy(), "tpot"))
-    out.update(distribution(gap_s * 1e3, "itl", gap_n))
+    out.update(weighted_distribution(lambda: ((g * 1e3, n) for g, n in gaps.pieces(cls)), "itl"))
     out.update(distribution(done["e2el_ms"].to_numpy(), "e2el"))
     out.update(distribution(done["queueing_ms"].to_numpy(), "queueing"))
     return out
 
 
-def per_class(requests: pd.DataFrame, gaps: tuple[np.ndarray, ...]) -> dict:
+def per_class(requests: pd.DataFrame, gaps: Gaps) -> dict:
     """The latency keys per request class (mixed workloads), with counts."""
     out = {}
     for i, name in enumerate(requests["request_class"].cat.categories):

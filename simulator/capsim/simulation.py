@@ -21,7 +21,7 @@ from capsim.errors import CapsimError
 from capsim.formats import NumberFormat, get_format
 from capsim.kv_cache import ContiguousAllocator, PagedAllocator
 from capsim.memory import MemoryBudget, memory_budget
-from capsim.metrics import per_class, summarize
+from capsim.metrics import Gaps, per_class, summarize
 from capsim.replica import Replica, SwapSpace
 from capsim.running import RunningSet
 from capsim.schedulers import SCHEDULERS
@@ -58,7 +58,7 @@ class RunResult:
     setup: Setup
     summary: dict
     requests: pd.DataFrame
-    gaps: tuple[np.ndarray, ...] = field(repr=False)
+    gaps: Gaps = field(repr=False)  # inter-token gaps, read in chunks (Gaps.pieces, Gaps.arrays)
     _steps: pd.DataFrame | None = field(default=None, repr=False)
     _build_steps: object = field(default=None, repr=False)
 
@@ -267,7 +267,7 @@ def _result(setup: Setup, engine: Engine, end_s: float) -> RunResult:
     else:
         steps = log.frame(cm.decode_detail)
         totals = step_totals({c: steps[c].to_numpy() for c in steps.columns})
-    gaps = engine.gaps.arrays(log.segment_ends)
+    gaps = engine.gaps.view(log.segment_ends)
     summary = summarize(
         requests, totals, gaps, duration_s=end_s, peak_flops=cm.peak, bandwidth_bytes_per_s=cm.bandwidth,
         kv_capacity_tokens=setup.memory.kv_tokens, slo=setup.workload.slo, replicas=len(engine.replicas),

@@ -10,17 +10,21 @@ summarised chunk by chunk instead (`totals`), and its steps table has one row pe
 from __future__ import annotations
 
 from array import array
+from operator import itemgetter
 
 import numpy as np
 import pandas as pd
 
 LARGE_RUN_STEPS = 3_000_000
-_CHUNK_SEGMENTS = 100_000
+_CHUNK_SEGMENTS = 25_000
 
 
 class Rows:
-    """Fixed-width numeric rows kept as one flat buffer (float64 by default: 8 bytes a value,
-    one C call per row, one zero-copy matrix at the end; integers exact up to 2**53)."""
+    """Fixed-width numeric rows kept as one flat buffer (one C call per row, one zero-copy matrix
+    at the end). Integer buffers start narrow (int32) and widen to int64 the first time a value
+    needs it, so they cost half as much while every value stays exact."""
+
+    _WIDER = {"h": "i", "i": "q"}
 
     def __init__(self, width: int, typecode: str = "d") -> None:
         self.width, self.typecode = width, typecode
@@ -30,10 +34,56 @@ class Rows:
         return len(self.data) // self.width
 
     def add(self, values) -> None:
-        self.data.extend(values)
+        try:
+            self.data.extend(values)
+        except OverflowError:
+            if self.typecode not in self._WIDER:
+                raise
+            del self.data[len(self.data) - len(self.data) % self.width:]  # the partly written row
+            self.typecode = self._WIDER[self.typecode]
+            self.data = array(self.typecode, self.data)
+            self.add(values)
 
     def matrix(self) -> np.ndarray:
         return np.frombuffer(self.data, dtype=self.typecode).reshape(-1, self.width)
+
+
+class Records:
+    """Rows of named numeric fields: the float ones in a float64 buffer, the rest in an integer
+    one (Rows: int32 until a value needs int64). `add` takes the values in `fields` order."""
+
+    def __init__(self, fields: tuple[str, ...], floats: tuple[str, ...]) -> None:
+        self.fields = fields
+        self._float_names = tuple(f for f in fields if f in floats)
+        self._int_names = tuple(f for f in fields if f not in floats)
+        self._pick_f = _picker([fields.index(f) for f in self._float_names])
+        self._pick_i = _picker([fields.index(f) for f in self._int_names])
+        self._f = Rows(len(self._float_names), "d")
+        self._i = Rows(len(self._int_names), "i")
+
+    def __len__(self) -> int:
+        return len(self._i) if self._int_names else len(self._f)
+
+    def add(self, values) -> None:
+        self._f.add(self._pick_f(values))
+        self._i.add(self._pick_i(values))
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Each field's column (views into the buffers: read them once the rows are all in)."""
+        f, i = self._f.matrix(), self._i.matrix()
+        out = {name: f[:, j] for j, name in enumerate(self._float_names)}
+        out.update({name: i[:, j] for j, name in enumerate(self._int_names)})
+        return {name: out[name] for name in self.fields}
+
+
+def _picker(indices: list[int]):
+    """A function from a row to the tuple of its values at these indices."""
+    if len(indices) == 1:
+        index = indices[0]
+        return lambda values: (values[index],)
+    if not indices:
+        return lambda values: ()
+    return itemgetter(*indices)
 
 
 class StepLog:
@@ -42,21 +92,22 @@ class StepLog:
                "preempted", "kv_shared_units")
     DTYPES = (np.float64, np.float64, np.int16, np.int32, np.int32, np.int32, np.int32, np.int8, np.float64,
               np.float64, np.int32, np.int64, np.int64, np.int32, np.int16, np.int32)
+    _FLOATS = ("end_s", "duration_s", "flops", "bytes")
     # segment row: k, start_s, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0,
     # ctx_sliding0, below_window, shared, step0, state_units, waiting_last, cut_last
-    _SEG = {name: i for i, name in enumerate(("k", "start", "replica", "n", "slots", "used0", "stored0", "waiting",
-                                               "ctx_full0", "ctx_sliding0", "below", "shared", "step0", "state",
-                                               "waiting_last", "cut_last"))}
+    _SEG = ("k", "start", "replica", "n", "slots", "used0", "stored0", "waiting", "ctx_full0", "ctx_sliding0",
+            "below", "shared", "step0", "state", "waiting_last", "cut_last")
 
     def __init__(self, block_size: int = 16, schedule=None, paged: bool = True) -> None:
         self.block_size = block_size  # tokens per unit of kv_used_units (contiguous: 1)
         self.paged = paged  # blocks grow with the tokens (contiguous reservations do not)
         self.schedule = schedule  # tokens a decoder gains per step (None: one; see capsim.speculative)
         self.rows = 0
-        self._single = Rows(len(self.COLUMNS))
-        self._segments = Rows(len(self._SEG))
+        self._single = Records(self.COLUMNS, self._FLOATS)
+        self._segments = Records(self._SEG, ("start",))
+        self._first: np.ndarray | None = None  # each segment's first index into _ends (see _seg)
         self._ends = array("d")  # every segment's step end times, flat
-        self._residues = Rows(block_size, "i")
+        self._residues = Rows(block_size, "h")  # decoders per block residue (int16 until one needs more)
         self._no_residues = (0,) * block_size
         self._waiting_steps: dict[int, np.ndarray] = {}  # segments whose queue changed mid-way
 
@@ -102,6 +153,15 @@ class StepLog:
         self._residues.add(residues or self._no_residues)
         self.rows += k
 
+    def _seg(self) -> dict[str, np.ndarray]:
+        """The segments' columns (views: not kept, or the buffers could not grow), plus `first`:
+        each segment's first index into the flat end times."""
+        cols = self._segments.columns()
+        if self._first is None or len(self._first) != len(cols["k"]):
+            ks = cols["k"].astype(np.int64)
+            self._first = np.cumsum(ks) - ks
+        return cols | {"first": self._first}
+
     # ------------------------------------------------------------------ expansion
 
     def frame(self, pricer) -> pd.DataFrame:
@@ -121,7 +181,7 @@ class StepLog:
         if len(self._single):
             parts.append(self._single_columns() | {"steps": np.ones(len(self._single), dtype=np.int64)})
         for a, b in self._chunks():
-            parts.append(_per_segment(self._expand(pricer, a, b), self._segments.matrix()[a:b, 0].astype(np.int64)))
+            parts.append(_per_segment(self._expand(pricer, a, b), self._seg()["k"][a:b].astype(np.int64)))
         return _ordered(parts, self.COLUMNS + ("steps",), self.DTYPES + (np.int64,))
 
     def totals(self, pricer) -> dict:
@@ -140,25 +200,24 @@ class StepLog:
         return [(a, min(a + _CHUNK_SEGMENTS, n)) for a in range(0, n, _CHUNK_SEGMENTS)]
 
     def _single_columns(self) -> dict:
-        single = self._single.matrix()
-        return {name: single[:, i].astype(dt) for i, (name, dt) in enumerate(zip(self.COLUMNS, self.DTYPES))}
+        single = self._single.columns()
+        return {name: single[name].astype(dt) for name, dt in zip(self.COLUMNS, self.DTYPES)}
 
     def _expand(self, pricer, a: int, b: int) -> dict:
         """Per-step columns of segments a..b-1."""
-        seg = self._segments.matrix()[a:b]
-        s = self._SEG
-        ks = seg[:, s["k"]].astype(np.int64)
+        seg = {name: col[a:b] for name, col in self._seg().items()}
+        ks = seg["k"].astype(np.int64)
         first = np.cumsum(ks) - ks
         which = np.repeat(np.arange(len(ks)), ks)
         j = np.arange(int(ks.sum())) - first[which] + 1  # 1..k within each segment
-        start = int(self._segments.matrix()[:a, s["k"]].sum())  # this chunk's first end time
+        start = int(seg["first"][0]) if len(ks) else 0  # this chunk's first end time
 
         def per_step(name, dtype=np.int64):
-            return seg[which, s[name]].astype(dtype)
+            return seg[name][which].astype(dtype)
 
         ends = np.frombuffer(self._ends, dtype=np.float64)[start:start + int(ks.sum())]
         before = np.roll(ends, 1)
-        before[first] = seg[:, s["start"]]
+        before[first] = seg["start"]
         n = per_step("n")
         gained, offset = j, j  # tokens gained by step j, and where its first new token sits
         if self.schedule is not None and not self.schedule.single:
@@ -169,14 +228,14 @@ class StepLog:
                         (per_step("ctx_sliding0") + per_step("below") * offset).astype(np.float64))
         used = per_step("used0") + self._growth(a, b, which, gained, n)
         waiting = per_step("waiting")
-        waiting[first + ks - 1] = seg[:, s["waiting_last"]]
+        waiting[first + ks - 1] = seg["waiting_last"]
         for index, steps in self._waiting_steps.items():
             if a <= index < b:
                 waiting[first[index - a]:first[index - a] + ks[index - a]] = steps
         zeros = np.zeros(len(j), dtype=np.int32)
         decode_tokens = n * _per_step_gain(gained, j)
         stored = per_step("stored0") + n * gained
-        last, cut = first + ks - 1, seg[:, s["cut_last"]].astype(np.int64)
+        last, cut = first + ks - 1, seg["cut_last"].astype(np.int64)
         decode_tokens[last] -= cut
         stored[last] -= cut
         return {
