@@ -72,6 +72,40 @@ def test_macro_steps_equal_step_by_step(round_gpu_file, case):
     assert macro.summary["num_steps"] > 0
 
 
+# Random small workloads: every scheduler and allocator, block sizes 1/4/16, memory from tight
+# (preemption) to plenty, Poisson or bursty arrivals, with and without a horizon.
+RANDOM = dict(
+    kind=st.sampled_from(["static", "continuous", "chunked"]),
+    allocator=st.sampled_from(["paged", "contiguous"]),
+    block_size=st.sampled_from([1, 4, 16]),
+    blocks=st.integers(20, 400),
+    rate=st.floats(10, 5000),
+    burstiness=st.sampled_from([None, 0.2, 4.0]),
+    seed=st.integers(0, 1000),
+    horizon=st.one_of(st.none(), st.floats(0.001, 0.05)),
+)
+
+
+def _random_workload(gpu_file, kind, allocator, block_size, blocks, rate, burstiness, seed, horizon):
+    arrivals = {"kind": "poisson", "rate_per_s": rate} if burstiness is None else \
+        {"kind": "gamma", "rate_per_s": rate, "burstiness": burstiness}
+    return workload(gpu_file, scheduler={"kind": kind, "max_num_seqs": 8, "block_size": block_size,
+                                         "max_num_batched_tokens": 4096 if kind != "chunked" else 48},
+                    allocator=allocator, num_gpu_blocks=blocks * 4 // block_size if allocator == "paged" else blocks * 4,
+                    arrivals=arrivals, seed=seed, horizon_s=horizon, max_model_len=4096)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(**RANDOM)
+def test_random_workloads_macro_steps_equal_step_by_step(round_gpu_file, **params):
+    # Macro-steps (arrivals taken by the step loop) against the plain reference (one event per
+    # step and per arrival): every record identical.
+    macro, step = _both(_random_workload(round_gpu_file, **params))
+    assert macro.summary_json() == step.summary_json()
+    assert macro.requests.equals(step.requests)
+    assert macro.steps.equals(step.steps)
+
+
 def test_preempting_case_really_preempts(round_gpu_file):
     w = workload(round_gpu_file, **CASES["preempting"])
     s = simulate(w).summary
@@ -80,20 +114,10 @@ def test_preempting_case_really_preempts(round_gpu_file):
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    kind=st.sampled_from(["static", "continuous", "chunked"]),
-    allocator=st.sampled_from(["paged", "contiguous"]),
-    block_size=st.sampled_from([1, 4, 16]),
-    blocks=st.integers(20, 400),
-    rate=st.floats(10, 5000),
-    seed=st.integers(0, 1000),
-    horizon=st.one_of(st.none(), st.floats(0.001, 0.05)),
-)
-def test_accounting_and_time_properties(round_gpu_file, kind, allocator, block_size, blocks, rate, seed, horizon):
-    w = workload(round_gpu_file, scheduler={"kind": kind, "max_num_seqs": 8, "block_size": block_size,
-                                            "max_num_batched_tokens": 4096 if kind != "chunked" else 48},
-                 allocator=allocator, num_gpu_blocks=blocks * 4 // block_size if allocator == "paged" else blocks * 4,
-                 arrivals={"kind": "poisson", "rate_per_s": rate}, seed=seed, horizon_s=horizon, max_model_len=4096)
+@given(**RANDOM)
+def test_accounting_and_time_properties(round_gpu_file, **params):
+    w = _random_workload(round_gpu_file, **params)
+    blocks, block_size, allocator, horizon = params["blocks"], params["block_size"], params["allocator"], params["horizon"]
     r = simulate(w)
     s = r.summary
     assert s["arrived"] == s["completed"] + s["rejected"] + s["unfinished"]

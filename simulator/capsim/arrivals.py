@@ -1,6 +1,8 @@
 """Where requests come from: the open-loop arrival process and closed-loop users (with multi-turn
 sessions). Both are generator processes run by the engine; they wait on events the engine makes
-(`engine.at`, `engine.event`), so SimPy itself stays in engine.py."""
+(`engine.at`, `engine.event`), so SimPy itself stays in engine.py. With one replica and open-loop
+arrivals, a macro-stepping engine instead submits the arrivals due whenever a step ends, with
+open_loop_request (Engine._pull)."""
 
 from __future__ import annotations
 
@@ -14,18 +16,22 @@ if TYPE_CHECKING:
 
 
 def open_loop(engine: Engine, stream: OpenLoopStream):
-    """Submit every request of the stream at its arrival time."""
-    times, prompts, outputs, classes = stream.arrival_s, stream.prompt_tokens, stream.output_tokens, stream.class_index
-    prefix, samples = stream.class_prefix, stream.class_samples
+    """Submit every request of the stream at its arrival time, each through its own event."""
+    times = stream.arrival_s
     for i in range(len(times)):
         t = float(times[i])
         if t > engine.env.now:
             yield engine.at(t)
         engine.next_index = i + 1
-        c = int(classes[i])
-        engine.submit(Request(i, t, int(prompts[i]), int(outputs[i]), class_index=c,
-                              shared_prefix_tokens=prefix[c], samples=samples[c]))
+        engine.submit(open_loop_request(stream, i))
     engine.arrivals_finished()
+
+
+def open_loop_request(stream: OpenLoopStream, i: int) -> Request:
+    """The stream's i-th request."""
+    c = int(stream.class_index[i])
+    return Request(i, float(stream.arrival_s[i]), int(stream.prompt_tokens[i]), int(stream.output_tokens[i]),
+                   class_index=c, shared_prefix_tokens=stream.class_prefix[c], samples=stream.class_samples[c])
 
 
 def user(engine: Engine, stream: ClosedLoopStream, index: int):

@@ -5,20 +5,21 @@ wait cost.seconds; apply(plan). Time passes only here. A decode-only plan that t
 repeatable for k steps is advanced in one wait (a macro-step) unless `macro_steps=False`; its
 per-step times, token times and records are the ones k single steps would produce, because both
 go through CostModel.decode_steps and the same integer bookkeeping (tests/test_engine.py runs
-randomised workloads both ways and compares every record).
+randomised workloads both ways and compares every record). `macro_steps=False` is the plain
+reference: one event per step and one per arrival.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from heapq import heappush
 
 import numpy as np
 import simpy
 from simpy.events import Event
 
-from capsim.arrivals import open_loop, user
+from capsim.arrivals import open_loop, open_loop_request, user
 from capsim.cost_model import BOUNDS
 from capsim.metrics import GapLog, RequestLog
 from capsim.outcomes import Outcomes
@@ -75,6 +76,14 @@ class Engine:
         self._sessions = 0
         self._sample_ids = 1 << 40  # forked samples get ids no arrival has
         self.closed_loop = isinstance(stream, ClosedLoopStream)
+        # One replica, open loop: nothing happens at an arrival but the queue growing, and only the
+        # step loop reads the queue, so it takes the arrivals due whenever it looks (_pull) instead
+        # of each arriving through its own event. Step-by-step runs keep one event per arrival.
+        self.pull = macro_steps and not self.closed_loop and len(replicas) == 1
+        self._arrival_list = stream.arrival_s.tolist() if self.pull else []
+        self._due = self._arrival_list[0] if self._arrival_list else math.inf  # next arrival to pull
+        if self.pull and not self._arrival_list:
+            self._arrivals_done = True
 
     # ---------------------------------------------------------------- running
 
@@ -85,16 +94,20 @@ class Engine:
             self._users_left = self.stream.users
             for u in range(self.stream.users):
                 env.process(user(self, self.stream, u))
-        else:
+        elif not self.pull:
             env.process(open_loop(self, self.stream))
         loops = [env.process(self._replica_loop(r)) for r in self.replicas]
         env.run(until=self.horizon_s if self.horizon_s is not None else simpy.AllOf(env, loops))
+        if self.pull and self.horizon_s is not None:  # arrived during the step the horizon cut short
+            self._pull(math.nextafter(self.horizon_s, -math.inf))
         for rep in self.replicas:
             for req in list(rep.running.decoders()) + list(rep.waiting):
                 self.outcomes.unfinished(req)
         return env.now
 
     def next_arrival_s(self) -> float:
+        if self.pull:
+            return self._due
         if self.closed_loop:
             return min(self._pending_sends.values(), default=math.inf)
         times = self.stream.arrival_s
@@ -142,6 +155,24 @@ class Engine:
         if rep.wake is not None and not rep.wake.triggered:
             rep.wake.succeed()
 
+    def _pull(self, now: float) -> None:
+        """Submit the open-loop arrivals due by `now` (one replica: see __init__)."""
+        if self._due > now:
+            return
+        i, times = self.next_index, self._arrival_list
+        last = bisect_right(times, now, lo=i)
+        waiting = self.replicas[0].waiting
+        for j in range(i, last):
+            req = open_loop_request(self.stream, j)
+            req.replica = 0
+            waiting.append(req)
+        self.arrived += last - i
+        self.next_index = last
+        if last == len(times):
+            self._due, self._arrivals_done = math.inf, True
+        else:
+            self._due = times[last]
+
     def arrivals_finished(self) -> None:
         self._arrivals_done = True
         self._wake_all()
@@ -179,9 +210,7 @@ class Engine:
             if not rep.waiting and not rep.running:
                 if self._arrivals_done:
                     return
-                rep.wake = env.event()
-                yield rep.wake
-                rep.wake = None
+                yield from self._idle(rep)
                 continue
             plan = rep.scheduler.schedule(rep.waiting, rep.running, rep.kv)
             self._start(rep, plan)
@@ -189,14 +218,25 @@ class Engine:
                 if self._arrivals_done and not rep.running and not plan.rejected:
                     raise RuntimeError("scheduler made no progress with nothing running (a capsim bug)")
                 if not plan.rejected:
-                    rep.wake = env.event()
-                    yield rep.wake
-                    rep.wake = None
+                    yield from self._idle(rep)
                 continue
             if plan.decode_only:
                 yield from self._decode(rep, plan)
             else:
                 yield from self._step(rep, plan)
+
+    def _idle(self, rep: Replica):
+        """Wait for an arrival (or, pushed arrivals, for whatever wakes the replica)."""
+        if self.pull:
+            when = self.next_arrival_s()
+            if when == math.inf:
+                raise RuntimeError("scheduler made no progress and no request will arrive (a capsim bug)")
+            yield _At(self.env, when, 1)
+            self._pull(when)
+            return
+        rep.wake = self.env.event()
+        yield rep.wake
+        rep.wake = None
 
     def _start(self, rep: Replica, plan: StepPlan) -> None:
         """The plan's bookkeeping before the pass: rejections, preemptions, admissions, memory."""
@@ -234,6 +274,8 @@ class Engine:
             kv.promise(kv.decode_need(running, 1))
         end = now + cost.seconds
         yield _At(self.env, end, _LATE)
+        if self._due <= end:  # arrivals due by the step's end count in its queue length
+            self._pull(end)
         gained = running.tokens_ahead(1) if plan.num_decodes else 0
         finished = []
         if plan.num_decodes:
@@ -302,6 +344,8 @@ class Engine:
             waiting = waiting + self._arrivals_by(np.asarray(ends))
         step0, gained = running.steps, running.tokens_ahead(k)
         yield _At(env, end, _LATE)
+        if self._due <= end:
+            self._pull(end)
         running.advance(k, end)
         self._decoder_gaps(rep, now, float(ends[0]))
         self.gaps.add_segment(k, tuple(running.class_counts))
