@@ -1,5 +1,7 @@
 """simulate(): overrides, resolution against the catalogues, and the article's KV contrast."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,15 @@ def test_write_creates_the_three_files(tmp_path, round_gpu_file):
     assert len(pd.read_csv(paths[1])) == 40
     steps = pd.read_csv(paths[2])
     assert len(steps) == summary["num_steps"] and set(steps["bound"]) <= {"compute", "memory", "overhead"}
+
+
+def test_a_run_builds_its_tables_only_when_asked():
+    # The summary comes from numpy columns; pandas is imported when a table is first used (so
+    # `capsim run` without --out starts faster), and the tables hold what the summary counted.
+    code = ("import sys; from capsim.simulation import simulate; "
+            "r = simulate('workloads/chat.yaml', requests=30); "
+            "assert 'pandas' not in sys.modules, 'pandas imported by the run'; "
+            "assert len(r.requests) == r.summary['arrived'] == 30 and 'pandas' in sys.modules; "
+            "assert len(r.steps) == r.summary['num_steps']; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent, capture_output=True, text=True)
+    assert done.stdout.strip() == "ok", done.stderr

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import math
 from itertools import chain
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from capsim.step_log import Records, Rows
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 OUTCOMES = ("completed", "rejected", "unfinished")
 BOUND_NAMES = ("compute", "memory", "overhead")
@@ -48,40 +51,63 @@ class RequestLog:
                         req.recomputed_tokens, req.replica, -1 if req.user is None else req.user, req.class_index,
                         req.samples))
 
-    def frame(self) -> pd.DataFrame:
+    def columns(self) -> dict[str, np.ndarray]:
+        """The requests table as numpy columns in request-id order: the categorical ones as codes
+        (outcome: index into OUTCOMES; reject_reason: index into reject_reasons, -1 for none;
+        class_index; user: -1 for none), then the derived latencies in ms (tpot_ms: NaN below
+        two tokens). summarize() reads these; frame() turns them into the DataFrame."""
         cols = self._rows.columns()
         order = np.argsort(cols["id"], kind="stable")
 
         def take(name: str, dtype) -> np.ndarray:  # one column at a time: a million rows stay small
             return cols[name].take(order).astype(dtype, copy=False)
 
-        user = take("user", np.int64)
-        reasons = np.array(("",) + self.reject_reasons, dtype=object)
-        df = pd.DataFrame({
-            "request_id": take("id", np.int64),
-            "request_class": pd.Categorical.from_codes(take("class_index", np.int16), self.class_names),
-            "arrival_s": take("arrival_s", np.float64),
-            "prompt_tokens": take("prompt_tokens", np.int32),
-            "output_tokens": take("output_tokens", np.int32),
-            "outcome": pd.Categorical.from_codes(take("outcome", np.int8), OUTCOMES),
-            "reject_reason": reasons[take("reject_reason", np.int64) + 1],
-            "first_scheduled_s": take("first_scheduled_s", np.float64),
-            "first_token_s": take("first_token_s", np.float64),
-            "finish_s": take("finish_s", np.float64),
-            "generated_tokens": take("generated_tokens", np.int32),
-            "samples": take("samples", np.int32),
-            "preemptions": take("preemptions", np.int32),
-            "recomputed_tokens": take("recomputed_tokens", np.int64),
-            "replica": take("replica", np.int16),
-            "user": pd.arrays.IntegerArray(np.maximum(user, 0).astype(np.int32), user < 0),
-        }, copy=False)
+        out = {
+            "request_id": take("id", np.int64), "class_index": take("class_index", np.int16),
+            "arrival_s": take("arrival_s", np.float64), "prompt_tokens": take("prompt_tokens", np.int32),
+            "output_tokens": take("output_tokens", np.int32), "outcome": take("outcome", np.int8),
+            "reject_reason": take("reject_reason", np.int64), "first_scheduled_s": take("first_scheduled_s", np.float64),
+            "first_token_s": take("first_token_s", np.float64), "finish_s": take("finish_s", np.float64),
+            "generated_tokens": take("generated_tokens", np.int32), "samples": take("samples", np.int32),
+            "preemptions": take("preemptions", np.int32), "recomputed_tokens": take("recomputed_tokens", np.int64),
+            "replica": take("replica", np.int16), "user": take("user", np.int64),
+        }
         ms = 1e3
-        df["ttft_ms"] = (df["first_token_s"] - df["arrival_s"]) * ms
-        df["e2el_ms"] = (df["finish_s"] - df["arrival_s"]) * ms
-        df["queueing_ms"] = (df["first_scheduled_s"] - df["arrival_s"]) * ms
-        many = df["generated_tokens"] > 1
-        df["tpot_ms"] = ((df["finish_s"] - df["first_token_s"]) * ms / (df["generated_tokens"] - 1)).where(many)
-        return df
+        out["ttft_ms"] = (out["first_token_s"] - out["arrival_s"]) * ms
+        out["e2el_ms"] = (out["finish_s"] - out["arrival_s"]) * ms
+        out["queueing_ms"] = (out["first_scheduled_s"] - out["arrival_s"]) * ms
+        tpot = np.full(len(order), NAN)
+        np.divide((out["finish_s"] - out["first_token_s"]) * ms, out["generated_tokens"] - 1, out=tpot,
+                  where=out["generated_tokens"] > 1)
+        out["tpot_ms"] = tpot
+        return out
+
+    def frame(self) -> pd.DataFrame:
+        """The requests table (requests.csv)."""
+        return request_frame(self.columns(), self.class_names, self.reject_reasons)
+
+
+def request_frame(columns: dict[str, np.ndarray], class_names: tuple[str, ...],
+                  reject_reasons: tuple[str, ...]) -> pd.DataFrame:
+    """The requests table from RequestLog.columns(), codes turned into names (pandas is imported
+    here, when a table is wanted)."""
+    import pandas as pd
+
+    c = columns
+    user = c["user"]
+    reasons = np.array(("",) + reject_reasons, dtype=object)
+    return pd.DataFrame({
+        "request_id": c["request_id"],
+        "request_class": pd.Categorical.from_codes(c["class_index"], class_names),
+        "arrival_s": c["arrival_s"], "prompt_tokens": c["prompt_tokens"], "output_tokens": c["output_tokens"],
+        "outcome": pd.Categorical.from_codes(c["outcome"], OUTCOMES),
+        "reject_reason": reasons[c["reject_reason"] + 1],
+        "first_scheduled_s": c["first_scheduled_s"], "first_token_s": c["first_token_s"], "finish_s": c["finish_s"],
+        "generated_tokens": c["generated_tokens"], "samples": c["samples"], "preemptions": c["preemptions"],
+        "recomputed_tokens": c["recomputed_tokens"], "replica": c["replica"],
+        "user": pd.arrays.IntegerArray(np.maximum(user, 0).astype(np.int32), user < 0),
+        "ttft_ms": c["ttft_ms"], "e2el_ms": c["e2el_ms"], "queueing_ms": c["queueing_ms"], "tpot_ms": c["tpot_ms"],
+    }, copy=False)
 
 
 class GapLog:
@@ -277,35 +303,38 @@ def distribution(values_ms: np.ndarray, name: str, counts: np.ndarray | None = N
     return {f"{k}_{name}_ms": float(v) for k, v in zip(keys, stats)}
 
 
-def summarize(requests: pd.DataFrame, steps: dict, gaps: Gaps, *,
+def summarize(requests: dict[str, np.ndarray], steps: dict, gaps: Gaps, *,
               duration_s: float, peak_flops: float, bandwidth_bytes_per_s: float, kv_capacity_tokens: int,
-              slo=None, replicas: int = 1) -> dict:
-    """The run's summary: vLLM's benchmark keys first, then capsim's (DESIGN §4). `steps` is
-    StepLog.totals(): the per-step sums."""
-    completed = (requests["outcome"] == "completed").to_numpy()
-    done = requests if completed.all() else requests[completed]  # (no copy of a million rows when all completed)
-    outcome_counts = requests["outcome"].value_counts()
+              reject_reasons: tuple[str, ...], slo=None, replicas: int = 1) -> dict:
+    """The run's summary: vLLM's benchmark keys first, then capsim's (DESIGN §4). `requests` is
+    RequestLog.columns(), `steps` StepLog.totals(): the per-step sums."""
+    outcome = requests["outcome"]
+    completed = outcome == OUTCOMES.index("completed")
+    done = _rows(requests, completed)
+    outcome_counts = np.bincount(outcome, minlength=len(OUTCOMES))
     duration = duration_s if duration_s > 0 else float("nan")
     out_tokens = int((done["generated_tokens"] * done["samples"]).sum())
     in_tokens = int(done["prompt_tokens"].sum())
+    n_done = int(completed.sum())
     s: dict = {
-        "completed": int(len(done)),
+        "completed": n_done,
         "duration": float(duration_s),
         "total_input_tokens": in_tokens,
         "total_output_tokens": out_tokens,
-        "request_throughput": len(done) / duration,
+        "request_throughput": n_done / duration,
         "output_throughput": out_tokens / duration,
         "total_token_throughput": (in_tokens + out_tokens) / duration,
     }
     if slo is not None:
         s["request_goodput"] = int(_meets_slo(done, slo).sum()) / duration
     s.update(latencies(done, gaps))
-    rejected = requests[requests["outcome"] == "rejected"]
+    codes = requests["reject_reason"][outcome == OUTCOMES.index("rejected")]
+    counts = np.bincount(codes[codes >= 0], minlength=len(reject_reasons))
     s.update({
-        "arrived": int(len(requests)),
-        "rejected": int(outcome_counts.get("rejected", 0)),
-        "rejected_reasons": {k: int(v) for k, v in rejected["reject_reason"].value_counts().sort_index().items()},
-        "unfinished": int(outcome_counts.get("unfinished", 0)),
+        "arrived": int(len(outcome)),
+        "rejected": int(outcome_counts[OUTCOMES.index("rejected")]),
+        "rejected_reasons": {name: int(n) for name, n in sorted(zip(reject_reasons, counts)) if n},
+        "unfinished": int(outcome_counts[OUTCOMES.index("unfinished")]),
         "preemptions": int(requests["preemptions"].sum()),
         "recomputed_tokens": int(requests["recomputed_tokens"].sum()),
     })
@@ -313,32 +342,39 @@ def summarize(requests: pd.DataFrame, steps: dict, gaps: Gaps, *,
     return s
 
 
-def latencies(done: pd.DataFrame, gaps: Gaps, cls: int | None = None) -> dict:
+def _rows(columns: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
+    """The columns at the rows where mask is true (the columns themselves when it is true everywhere)."""
+    return columns if mask.all() else {name: col[mask] for name, col in columns.items()}
+
+
+def latencies(done: dict[str, np.ndarray], gaps: Gaps, cls: int | None = None) -> dict:
     """TTFT, TPOT, ITL, E2EL and queueing distributions of completed requests (one class or all)."""
-    out = distribution(done["ttft_ms"].to_numpy(), "ttft")
-    out.update(distribution(done["tpot_ms"].dropna().to_numpy(), "tpot"))
+    tpot = done["tpot_ms"]
+    out = distribution(done["ttft_ms"], "ttft")
+    out.update(distribution(tpot[~np.isnan(tpot)], "tpot"))
     out.update(weighted_distribution(lambda: ((g * 1e3, n) for g, n in gaps.pieces(cls)), "itl"))
-    out.update(distribution(done["e2el_ms"].to_numpy(), "e2el"))
-    out.update(distribution(done["queueing_ms"].to_numpy(), "queueing"))
+    out.update(distribution(done["e2el_ms"], "e2el"))
+    out.update(distribution(done["queueing_ms"], "queueing"))
     return out
 
 
-def per_class(requests: pd.DataFrame, gaps: Gaps) -> dict:
+def per_class(requests: dict[str, np.ndarray], class_names: tuple[str, ...], gaps: Gaps) -> dict:
     """The latency keys per request class (mixed workloads), with counts."""
     out = {}
-    for i, name in enumerate(requests["request_class"].cat.categories):
-        mine = requests[requests["request_class"] == name]
-        done = mine[mine["outcome"] == "completed"]
-        out[name] = {"arrived": int(len(mine)), "completed": int(len(done))} | latencies(done, gaps, i)
+    completed = requests["outcome"] == OUTCOMES.index("completed")
+    for i, name in enumerate(class_names):
+        mine = requests["class_index"] == i
+        done = _rows(requests, mine & completed)
+        out[name] = {"arrived": int(mine.sum()), "completed": int(len(done["ttft_ms"]))} | latencies(done, gaps, i)
     return out
 
 
-def _meets_slo(done: pd.DataFrame, slo) -> pd.Series:
-    ok = pd.Series(True, index=done.index)
+def _meets_slo(done: dict[str, np.ndarray], slo) -> np.ndarray:
+    ok = np.ones(len(done["ttft_ms"]), dtype=bool)
     if slo.ttft_ms is not None:
         ok &= done["ttft_ms"] <= slo.ttft_ms
     if slo.tpot_ms is not None:
-        ok &= done["tpot_ms"].fillna(0.0) <= slo.tpot_ms
+        ok &= np.nan_to_num(done["tpot_ms"], nan=0.0) <= slo.tpot_ms
     if slo.e2el_ms is not None:
         ok &= done["e2el_ms"] <= slo.e2el_ms
     return ok

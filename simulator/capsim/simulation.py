@@ -6,11 +6,13 @@ This is the public entry point `capsim.simulate()`; the CLI and notebooks both c
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from capsim import config as C
 from capsim.catalog import load_hardware, load_model
@@ -21,14 +23,17 @@ from capsim.errors import CapsimError
 from capsim.formats import NumberFormat, get_format
 from capsim.kv_cache import ContiguousAllocator, PagedAllocator
 from capsim.memory import MemoryBudget, memory_budget
-from capsim.metrics import Gaps, per_class, summarize
+from capsim.metrics import OUTCOMES, Gaps, per_class, request_frame, summarize
 from capsim.replica import Replica, SwapSpace
 from capsim.running import RunningSet
 from capsim.schedulers import SCHEDULERS
 from capsim.speculative import TokenSchedule
-from capsim.step_log import step_totals
+from capsim.step_log import as_frame, step_totals
 from capsim.workload import build_stream
 from capsim.workload_schema import WorkloadConfig
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -53,14 +58,22 @@ class Setup:
 class RunResult:
     """One run: its summary, one row per request, and the step table (one row per forward pass;
     for runs of more than step_log.LARGE_RUN_STEPS passes one row per macro-step, with a `steps`
-    column). The step table is built when first used."""
+    column). The two tables are built when first used (a run that only reports its summary never
+    imports pandas)."""
 
     setup: Setup
     summary: dict
-    requests: pd.DataFrame
     gaps: Gaps = field(repr=False)  # inter-token gaps, read in chunks (Gaps.pieces, Gaps.arrays)
+    _build_requests: Callable[[], pd.DataFrame] = field(repr=False)
+    _build_steps: Callable[[], pd.DataFrame] = field(repr=False)
+    _requests: pd.DataFrame | None = field(default=None, repr=False)
     _steps: pd.DataFrame | None = field(default=None, repr=False)
-    _build_steps: object = field(default=None, repr=False)
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        if self._requests is None:
+            self._requests = self._build_requests()
+        return self._requests
 
     @property
     def steps(self) -> pd.DataFrame:
@@ -83,6 +96,8 @@ class RunResult:
         paths = [out_dir / "summary.json", out_dir / "requests.csv", out_dir / "steps.csv"]
         paths[0].write_text(self.summary_json())
         self.requests.to_csv(paths[1], index=False)
+        import pandas as pd
+
         steps = self.steps.copy()
         steps["bound"] = pd.Categorical.from_codes(steps["bound"], ["compute", "memory", "overhead"])
         with open(paths[2], "w") as fh:
@@ -260,36 +275,39 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
 
 
 def _result(setup: Setup, engine: Engine, end_s: float) -> RunResult:
-    requests = engine.requests.frame()
+    requests = engine.requests.columns()
     log, cm = engine.steps, engine.replicas[0].cost
     if log.large:  # summarise in chunks; the table gets one row per macro-step, when asked for
-        steps, totals = None, log.totals(cm.decode_detail)
+        totals = log.totals(cm.decode_detail)
+        build_steps = partial(log.segment_frame, cm.decode_detail)
     else:
-        steps = log.frame(cm.decode_detail)
-        totals = step_totals({c: steps[c].to_numpy() for c in steps.columns})
+        steps = log.columns(cm.decode_detail)
+        totals = step_totals(steps)
+        build_steps = partial(as_frame, steps)
     gaps = engine.gaps.view(log.segment_ends)
+    class_names, reasons = engine.stream.class_names, engine.requests.reject_reasons
     summary = summarize(
         requests, totals, gaps, duration_s=end_s, peak_flops=cm.peak, bandwidth_bytes_per_s=cm.bandwidth,
         kv_capacity_tokens=setup.memory.kv_tokens, slo=setup.workload.slo, replicas=len(engine.replicas),
+        reject_reasons=reasons,
     )
-    if len(engine.stream.class_names) > 1:
-        summary["classes"] = per_class(requests, gaps)
+    if len(class_names) > 1:
+        summary["classes"] = per_class(requests, class_names, gaps)
     if setup.allocator == "contiguous":
         summary["kv_reserved_unused"], summary["kv_internal_waste"] = summary["kv_internal_waste"], 0.0
     else:
         summary["kv_reserved_unused"] = 0.0
     summary.update(_feature_stats(setup, engine, totals, requests))
     summary["setup"] = describe(setup)
-    build = (lambda: log.segment_frame(cm.decode_detail)) if steps is None else None
-    return RunResult(setup, summary, requests, gaps, steps, build)
+    return RunResult(setup, summary, gaps, partial(request_frame, requests, class_names, reasons), build_steps)
 
 
-def _feature_stats(setup: Setup, engine: Engine, totals: dict, requests: pd.DataFrame) -> dict:
+def _feature_stats(setup: Setup, engine: Engine, totals: dict, requests: dict[str, np.ndarray]) -> dict:
     """Prefix caching, sharing and swapping figures (zeros when the features are off)."""
     queried = engine.prompt_tokens_admitted
     busy = totals["busy_s"]
     block_bytes = setup.memory.bytes_per_block
-    done = requests.loc[requests["outcome"] == "completed", "replica"].to_numpy(dtype=np.int64)
+    done = requests["replica"][requests["outcome"] == OUTCOMES.index("completed")].astype(np.int64)
     return {
         "prefix_cache_hit_rate": engine.prefill_tokens_saved / queried if queried else 0.0,
         "prefill_tokens_saved": int(engine.prefill_tokens_saved),

@@ -1,8 +1,8 @@
 """The per-step record (one row per forward pass), kept compact and expanded on demand.
 
 A single step is one row of numbers. A macro-step is one segment: its step end times and the few
-numbers every per-step value follows from (batch, context, blocks, tokens). `frame()` expands all
-rows at once, vectorised, in time order. A run with more than LARGE_RUN_STEPS forward passes is
+numbers every per-step value follows from (batch, context, blocks, tokens). `columns()` expands
+all rows at once, vectorised, in time order (`frame()`: the same as a DataFrame). A run with more than LARGE_RUN_STEPS forward passes is
 summarised chunk by chunk instead (`totals`), and its steps table has one row per macro-step
 (`segment_frame`, column `steps`), so a million-request run stays within memory.
 """
@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from array import array
 from operator import itemgetter
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 LARGE_RUN_STEPS = 3_000_000
 _CHUNK_SEGMENTS = 25_000
@@ -164,15 +167,19 @@ class StepLog:
 
     # ------------------------------------------------------------------ expansion
 
-    def frame(self, pricer) -> pd.DataFrame:
-        """Every forward pass, in time order. `pricer(n, ctx_full, ctx_sliding)` gives the FLOPs,
-        bytes and bound of decode steps (CostModel.decode_detail)."""
+    def columns(self, pricer) -> dict[str, np.ndarray]:
+        """Every forward pass, in time order, as numpy columns (COLUMNS). `pricer(n, ctx_full,
+        ctx_sliding)` gives the FLOPs, bytes and bound of decode steps (CostModel.decode_detail)."""
         parts = []
         if len(self._single):
             parts.append(self._single_columns())
         if len(self._segments):
             parts.append(self._expand(pricer, 0, len(self._segments)))
         return _ordered(parts, self.COLUMNS, self.DTYPES)
+
+    def frame(self, pricer) -> pd.DataFrame:
+        """columns() as a DataFrame (the steps table)."""
+        return as_frame(self.columns(pricer))
 
     def segment_frame(self, pricer) -> pd.DataFrame:
         """One row per single step and one per macro-step (its last step's state; duration,
@@ -182,13 +189,12 @@ class StepLog:
             parts.append(self._single_columns() | {"steps": np.ones(len(self._single), dtype=np.int64)})
         for a, b in self._chunks():
             parts.append(_per_segment(self._expand(pricer, a, b), self._seg()["k"][a:b].astype(np.int64)))
-        return _ordered(parts, self.COLUMNS + ("steps",), self.DTYPES + (np.int64,))
+        return as_frame(_ordered(parts, self.COLUMNS + ("steps",), self.DTYPES + (np.int64,)))
 
     def totals(self, pricer) -> dict:
         """The sums the summary needs (step_totals), over every forward pass; large runs in chunks."""
         if not self.large:
-            cols = self.frame(pricer)
-            return step_totals({c: cols[c].to_numpy() for c in cols.columns})
+            return step_totals(self.columns(pricer))
         total = step_totals(self._single_columns()) if len(self._single) else None
         for a, b in self._chunks():
             part = step_totals(self._expand(pricer, a, b))
@@ -266,12 +272,19 @@ def _per_step_gain(gained: np.ndarray, j: np.ndarray) -> np.ndarray:
     return step
 
 
-def _ordered(parts: list[dict], columns: tuple, dtypes: tuple) -> pd.DataFrame:
+def _ordered(parts: list[dict], columns: tuple, dtypes: tuple) -> dict[str, np.ndarray]:
     if not parts:
-        return pd.DataFrame({name: np.zeros(0, dtype=dt) for name, dt in zip(columns, dtypes)})
+        return {name: np.zeros(0, dtype=dt) for name, dt in zip(columns, dtypes)}
     cols = {name: np.concatenate([p[name] for p in parts]).astype(dt, copy=False) for name, dt in zip(columns, dtypes)}
     order = np.lexsort((cols["replica"], cols["end_s"]))
-    return pd.DataFrame({name: col[order] for name, col in cols.items()})
+    return {name: col[order] for name, col in cols.items()}
+
+
+def as_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """A steps table from its columns (pandas is imported here, when a table is wanted)."""
+    import pandas as pd
+
+    return pd.DataFrame(columns)
 
 
 def _per_segment(cols: dict, ks: np.ndarray) -> dict:
