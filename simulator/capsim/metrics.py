@@ -43,13 +43,12 @@ class RequestLog:
 
     def write(self, req, outcome: str, reason: str | None = None) -> None:
         """Record a request's final state (outcome: completed, rejected or unfinished)."""
-        self._rows.add((req.id, req.arrival_s, req.prompt_tokens, req.output_tokens, OUTCOMES.index(outcome),
-                        -1 if reason is None else self.reject_reasons.index(reason),
-                        NAN if req.first_scheduled_s is None else req.first_scheduled_s,
-                        NAN if req.first_token_s is None else req.first_token_s,
-                        NAN if req.finish_s is None else req.finish_s, req.generated_tokens, req.preemptions,
-                        req.recomputed_tokens, req.replica, -1 if req.user is None else req.user, req.class_index,
-                        req.samples))
+        self._rows.add_split(
+            (req.arrival_s, NAN if req.first_scheduled_s is None else req.first_scheduled_s,
+             NAN if req.first_token_s is None else req.first_token_s, NAN if req.finish_s is None else req.finish_s),
+            (req.id, req.prompt_tokens, req.output_tokens, OUTCOMES.index(outcome),
+             -1 if reason is None else self.reject_reasons.index(reason), req.generated_tokens, req.preemptions,
+             req.recomputed_tokens, req.replica, -1 if req.user is None else req.user, req.class_index, req.samples))
 
     def columns(self) -> dict[str, np.ndarray]:
         """The requests table as numpy columns in request-id order: the categorical ones as codes
@@ -122,7 +121,7 @@ class GapLog:
 
     def add(self, gap_s: float, count: int = 1, cls: int = 0) -> None:
         if count:
-            self._single.add((gap_s, count, cls))
+            self._single.add_split((gap_s,), (count, cls))
 
     def add_segment(self, k: int, counts: tuple[int, ...]) -> None:
         """The gaps between the ends of a k-step decode segment (recorded in the StepLog, in the
@@ -201,16 +200,24 @@ class Gaps:
 
 def weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
     """np.percentile(expanded, q) (linear method) without expanding the (value, count) pairs."""
+    return weighted_percentiles(values, counts, (q,))[0]
+
+
+def weighted_percentiles(values: np.ndarray, counts: np.ndarray, qs) -> list[float]:
+    """weighted_percentile for several q at once (one sort)."""
     order = np.argsort(values, kind="stable")
-    v, c = values[order], counts[order]
-    ends = np.cumsum(c)  # expanded index range of each value: [ends - c, ends)
+    v = values[order]
+    ends = np.cumsum(counts[order])  # expanded index range of each value: [ends - c, ends)
     n = int(ends[-1])
-    h = (n - 1) * q / 100.0
-    lo = int(np.floor(h))
-    hi = min(lo + 1, n - 1)
-    v_lo = v[np.searchsorted(ends, lo, side="right")]
-    v_hi = v[np.searchsorted(ends, hi, side="right")]
-    return float(v_lo + (h - lo) * (v_hi - v_lo))
+    out = []
+    for q in qs:
+        h = (n - 1) * q / 100.0
+        lo = int(np.floor(h))
+        hi = min(lo + 1, n - 1)
+        v_lo = v[np.searchsorted(ends, lo, side="right")]
+        v_hi = v[np.searchsorted(ends, hi, side="right")]
+        out.append(float(v_lo + (h - lo) * (v_hi - v_lo)))
+    return out
 
 
 _KEY_DIGIT_BITS = 16
@@ -298,8 +305,8 @@ def distribution(values_ms: np.ndarray, name: str, counts: np.ndarray | None = N
         total = int(counts.sum())
         mean = math.fsum((values_ms * counts).tolist()) / total
         std = math.sqrt(math.fsum((counts * (values_ms - mean) ** 2).tolist()) / total)
-        stats = (mean, weighted_percentile(values_ms, counts, 50), std,
-                 weighted_percentile(values_ms, counts, 90), weighted_percentile(values_ms, counts, 99))
+        p50, p90, p99 = weighted_percentiles(values_ms, counts, (50, 90, 99))
+        stats = (mean, p50, std, p90, p99)
     return {f"{k}_{name}_ms": float(v) for k, v in zip(keys, stats)}
 
 

@@ -71,6 +71,11 @@ class Records:
         self._f.add(self._pick_f(values))
         self._i.add(self._pick_i(values))
 
+    def add_split(self, floats: tuple, ints: tuple) -> None:
+        """add(), the values already split: the float fields, then the others, each in field order."""
+        self._f.add(floats)
+        self._i.add(ints)
+
     def columns(self) -> dict[str, np.ndarray]:
         """Each field's column (views into the buffers: read them once the rows are all in)."""
         f, i = self._f.matrix(), self._i.matrix()
@@ -125,9 +130,12 @@ class StepLog:
     def segment_ends(self) -> np.ndarray:
         return np.frombuffer(self._ends, dtype=np.float64)
 
-    def add(self, *values) -> None:
+    def add(self, end_s, duration_s, replica, num_seqs, slots, prefill_tokens, decode_tokens, bound, flops, bytes_,
+            kv_used_units, kv_held_tokens, kv_stored_tokens, waiting, preempted, kv_shared_units) -> None:
         """One step, the values in COLUMNS order."""
-        self._single.add(values)
+        self._single.add_split((end_s, duration_s, flops, bytes_),
+                               (replica, num_seqs, slots, prefill_tokens, decode_tokens, bound, kv_used_units,
+                                kv_held_tokens, kv_stored_tokens, waiting, preempted, kv_shared_units))
         self.rows += 1
 
     def add_segment(self, ends, start_s: float, replica: int, num_seqs: int, slots: int, used0: int,
@@ -151,8 +159,9 @@ class StepLog:
             waiting = waiting_last = 0
         elif waiting_last is None:
             waiting_last = waiting
-        self._segments.add((k, start_s, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0, ctx_sliding0,
-                            below_window, shared, step0, state_units, waiting_last, cut_last))
+        self._segments.add_split((start_s,), (k, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0,
+                                              ctx_sliding0, below_window, shared, step0, state_units, waiting_last,
+                                              cut_last))
         self._residues.add(residues or self._no_residues)
         self.rows += k
 
