@@ -74,7 +74,7 @@ def run(
     explain: Annotated[bool, typer.Option("--explain", help="also print the cost model's working for a typical step")] = False,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="write summary.json, requests.csv, steps.csv here")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print summary.json instead of the result block")] = False,
-    step_by_step: Annotated[bool, typer.Option(help="no macro-steps (slower; same results)")] = False,
+    step_by_step: Annotated[bool, typer.Option(help="no macro-steps: one event per step and per arrival (slower; same results)")] = False,
     plots: PlotsOpt = None,
     seeds: Annotated[Optional[int], typer.Option(help="repeat with N seeds (seed, seed+1, ...): mean ± 95% interval")] = None,
     workers: WorkersOpt = None,
