@@ -76,8 +76,8 @@ def test_integer_rows_widen_when_a_value_needs_it_and_keep_every_value():
 
 def test_records_keep_floats_and_integers_apart_in_field_order():
     rec = Records(("id", "t_s", "n"), floats=("t_s",))
-    rec.add((1, 0.5, 3))
-    rec.add((2, 1.25, 2**35))
+    rec.add((0.5,), (1, 3))
+    rec.add((1.25,), (2, 2**35))  # n needs int64: the integer buffer widens
     cols = rec.columns()
     assert list(cols) == ["id", "t_s", "n"] and len(rec) == 2
     assert cols["t_s"].dtype == np.float64 and cols["t_s"].tolist() == [0.5, 1.25]

@@ -43,7 +43,7 @@ class RequestLog:
 
     def write(self, req, outcome: str, reason: str | None = None) -> None:
         """Record a request's final state (outcome: completed, rejected or unfinished)."""
-        self._rows.add_split(
+        self._rows.add(
             (req.arrival_s, NAN if req.first_scheduled_s is None else req.first_scheduled_s,
              NAN if req.first_token_s is None else req.first_token_s, NAN if req.finish_s is None else req.finish_s),
             (req.id, req.prompt_tokens, req.output_tokens, OUTCOMES.index(outcome),
@@ -121,7 +121,7 @@ class GapLog:
 
     def add(self, gap_s: float, count: int = 1, cls: int = 0) -> None:
         if count:
-            self._single.add_split((gap_s,), (count, cls))
+            self._single.add((gap_s,), (count, cls))
 
     def add_segment(self, k: int, counts: tuple[int, ...]) -> None:
         """The gaps between the ends of a k-step decode segment (recorded in the StepLog, in the
@@ -159,10 +159,6 @@ class Gaps:
     def num_classes(self) -> int:
         cls = self._single["cls"]
         return max(self._counts.shape[1], int(cls.max()) + 1 if len(cls) else 1)
-
-    def entries(self) -> int:
-        """An upper bound on the number of (gap, count) pairs pieces() yields over all classes."""
-        return len(self._single["cls"]) + int((np.maximum(self._lengths - 1, 0)).sum()) * self._counts.shape[1]
 
     def pieces(self, cls: int | None = None):
         """(gap_s, count) arrays, chunk by chunk, of one class or all; zero counts left out."""

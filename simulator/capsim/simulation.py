@@ -92,12 +92,12 @@ class RunResult:
     def write(self, out_dir: Path) -> list[Path]:
         """summary.json, requests.csv, steps.csv (one row per forward pass, or per macro-step for
         very large runs: then the file starts with a '#' line saying so) under out_dir."""
+        import pandas as pd
+
         out_dir.mkdir(parents=True, exist_ok=True)
         paths = [out_dir / "summary.json", out_dir / "requests.csv", out_dir / "steps.csv"]
         paths[0].write_text(self.summary_json())
         self.requests.to_csv(paths[1], index=False)
-        import pandas as pd
-
         steps = self.steps.copy()
         steps["bound"] = pd.Categorical.from_codes(steps["bound"], ["compute", "memory", "overhead"])
         with open(paths[2], "w") as fh:

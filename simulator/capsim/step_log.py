@@ -2,15 +2,15 @@
 
 A single step is one row of numbers. A macro-step is one segment: its step end times and the few
 numbers every per-step value follows from (batch, context, blocks, tokens). `columns()` expands
-all rows at once, vectorised, in time order (`frame()`: the same as a DataFrame). A run with more than LARGE_RUN_STEPS forward passes is
-summarised chunk by chunk instead (`totals`), and its steps table has one row per macro-step
-(`segment_frame`, column `steps`), so a million-request run stays within memory.
+all rows at once, vectorised, in time order (`frame()`: the same as a DataFrame). A run with more
+than LARGE_RUN_STEPS forward passes is summarised chunk by chunk instead (`totals`), and its steps
+table has one row per macro-step (`segment_frame`, column `steps`), so a million-request run stays
+within memory.
 """
 
 from __future__ import annotations
 
 from array import array
-from operator import itemgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -53,26 +53,20 @@ class Rows:
 
 class Records:
     """Rows of named numeric fields: the float ones in a float64 buffer, the rest in an integer
-    one (Rows: int32 until a value needs int64). `add` takes the values in `fields` order."""
+    one (Rows: int32 until a value needs int64)."""
 
     def __init__(self, fields: tuple[str, ...], floats: tuple[str, ...]) -> None:
         self.fields = fields
         self._float_names = tuple(f for f in fields if f in floats)
         self._int_names = tuple(f for f in fields if f not in floats)
-        self._pick_f = _picker([fields.index(f) for f in self._float_names])
-        self._pick_i = _picker([fields.index(f) for f in self._int_names])
         self._f = Rows(len(self._float_names), "d")
         self._i = Rows(len(self._int_names), "i")
 
     def __len__(self) -> int:
         return len(self._i) if self._int_names else len(self._f)
 
-    def add(self, values) -> None:
-        self._f.add(self._pick_f(values))
-        self._i.add(self._pick_i(values))
-
-    def add_split(self, floats: tuple, ints: tuple) -> None:
-        """add(), the values already split: the float fields, then the others, each in field order."""
+    def add(self, floats: tuple, ints: tuple) -> None:
+        """One row: its float fields, then the others, each in field order."""
         self._f.add(floats)
         self._i.add(ints)
 
@@ -82,16 +76,6 @@ class Records:
         out = {name: f[:, j] for j, name in enumerate(self._float_names)}
         out.update({name: i[:, j] for j, name in enumerate(self._int_names)})
         return {name: out[name] for name in self.fields}
-
-
-def _picker(indices: list[int]):
-    """A function from a row to the tuple of its values at these indices."""
-    if len(indices) == 1:
-        index = indices[0]
-        return lambda values: (values[index],)
-    if not indices:
-        return lambda values: ()
-    return itemgetter(*indices)
 
 
 class StepLog:
@@ -133,7 +117,7 @@ class StepLog:
     def add(self, end_s, duration_s, replica, num_seqs, slots, prefill_tokens, decode_tokens, bound, flops, bytes_,
             kv_used_units, kv_held_tokens, kv_stored_tokens, waiting, preempted, kv_shared_units) -> None:
         """One step, the values in COLUMNS order."""
-        self._single.add_split((end_s, duration_s, flops, bytes_),
+        self._single.add((end_s, duration_s, flops, bytes_),
                                (replica, num_seqs, slots, prefill_tokens, decode_tokens, bound, kv_used_units,
                                 kv_held_tokens, kv_stored_tokens, waiting, preempted, kv_shared_units))
         self.rows += 1
@@ -159,7 +143,7 @@ class StepLog:
             waiting = waiting_last = 0
         elif waiting_last is None:
             waiting_last = waiting
-        self._segments.add_split((start_s,), (k, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0,
+        self._segments.add((start_s,), (k, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0,
                                               ctx_sliding0, below_window, shared, step0, state_units, waiting_last,
                                               cut_last))
         self._residues.add(residues or self._no_residues)
