@@ -82,3 +82,14 @@ def test_records_keep_floats_and_integers_apart_in_field_order():
     assert list(cols) == ["id", "t_s", "n"] and len(rec) == 2
     assert cols["t_s"].dtype == np.float64 and cols["t_s"].tolist() == [0.5, 1.25]
     assert cols["n"].dtype == np.int64 and cols["n"].tolist() == [3, 2**35] and cols["id"].tolist() == [1, 2]
+
+
+def test_large_runs_summarise_the_same_bits_with_and_without_macro_steps(round_gpu_file, monkeypatch):
+    # The chunked sums of a large run must not depend on how steps were grouped into macro-steps.
+    monkeypatch.setattr(step_log, "LARGE_RUN_STEPS", 10)
+    monkeypatch.setattr(step_log, "_CHUNK_SEGMENTS", 7)
+    monkeypatch.setattr(step_log, "_TOTALS_ROWS", 50)
+    w = workload(round_gpu_file, requests=200, arrivals={"kind": "poisson", "rate_per_s": 300.0})
+    macro, step = simulate(w), simulate(w, macro_steps=False)
+    assert macro.summary["num_steps"] > 500
+    assert macro.summary_json() == step.summary_json()

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 LARGE_RUN_STEPS = 3_000_000
 _CHUNK_SEGMENTS = 25_000
+_TOTALS_ROWS = 100_000  # a large run's sums are taken over this many steps at a time
 
 
 class Rows:
@@ -189,9 +190,20 @@ class StepLog:
         if not self.large:
             return step_totals(self.columns(pricer))
         total = step_totals(self._single_columns()) if len(self._single) else None
+        # Sums over fixed windows of _TOTALS_ROWS steps, whatever the segments: the same bits
+        # whether the steps came as macro-steps or one by one.
+        pending: list[dict] = []
+        rows = 0
         for a, b in self._chunks():
-            part = step_totals(self._expand(pricer, a, b))
-            total = part if total is None else _add_totals(total, part)
+            pending.append(self._expand(pricer, a, b))
+            rows += len(pending[-1]["end_s"])
+            while rows >= _TOTALS_ROWS or (b == len(self._segments) and rows):
+                cols = {name: np.concatenate([p[name] for p in pending]) for name in pending[0]}
+                window = min(rows, _TOTALS_ROWS)
+                part = step_totals({name: col[:window] for name, col in cols.items()})
+                total = part if total is None else _add_totals(total, part)
+                pending = [{name: col[window:] for name, col in cols.items()}]
+                rows -= window
         return total
 
     def _chunks(self):
