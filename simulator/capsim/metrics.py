@@ -138,9 +138,6 @@ class GapLog:
         counts = self._counts.matrix() if self._counts is not None else np.zeros((0, 1), dtype=np.int32)
         return Gaps(single, lengths, counts, np.zeros(0) if segment_ends is None else segment_ends)
 
-    def arrays(self, segment_ends: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self.view(segment_ends).arrays()
-
 
 class Gaps:
     """A run's inter-token gaps, produced in chunks of (gap_s, count) pairs from the compact log, so
@@ -267,9 +264,14 @@ def weighted_distribution(pieces, name: str) -> dict[str, float]:
     iterator each call. Small inputs are joined and sorted; large ones are read a few times, a
     chunk at a time. Both give the same figures: the sums are exactly rounded and the percentiles
     exact."""
-    sizes = [len(v) for v, _ in pieces()]
-    if sum(sizes) <= _IN_MEMORY_PAIRS:
-        parts = list(pieces())
+    parts, size = [], 0
+    for part in pieces():
+        parts.append(part)
+        size += len(part[0])
+        if size > _IN_MEMORY_PAIRS:
+            parts = None
+            break
+    if parts is not None:
         values = np.concatenate([v for v, _ in parts]) if parts else np.zeros(0)
         counts = np.concatenate([c for _, c in parts]) if parts else np.zeros(0, dtype=np.int64)
         return distribution(values, name, counts)
