@@ -17,6 +17,13 @@ from conftest import workload
     ({"output_tokens": {"dist": "lognormal", "mean": 100, "sigma": 0.5, "min": 200, "max": 50}}, "max must be >= min"),
     ({"prompt_tokens": {"dist": "trace"}}, "needs arrivals.kind 'trace'"),
     ({"colour": "blue"}, "field 'colour': unknown key"),
+    # counts that would build that many objects, and numbers that would overflow later
+    ({"replicas": 10**9}, "field 'replicas': Input should be less than or equal to 4096"),
+    ({"samples": 2**63}, "field 'samples'"),
+    ({"seed": -1}, "field 'seed'"),
+    ({"arrivals": {"kind": "closed_loop", "users": 10**12}}, "field 'arrivals.users'"),
+    ({"prompt_tokens": {"dist": "lognormal", "mean": 300, "sigma": 1e300}}, "field 'prompt_tokens.sigma'"),
+    ({"arrivals": {"kind": "poisson", "rate_per_s": float("inf")}}, "finite number"),
     ({"classes": [{"name": "a", "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 1},
                    "output_tokens": {"dist": "fixed", "value": 1}}]}, "not both"),
     ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),

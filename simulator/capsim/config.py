@@ -20,9 +20,10 @@ _UNION_TAGS: set[str] = set()
 
 
 class Frozen(BaseModel):
-    """Base for config data: immutable, unknown keys rejected."""
+    """Base for config data: immutable, unknown keys rejected, numbers finite (inf and nan are
+    refused with the field's name rather than turning into overflows or empty runs later)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ class LogNormal(_Clipped):
 
     dist: Literal["lognormal"]
     mean: float = Field(gt=0)
-    sigma: float = Field(gt=0)
+    sigma: float = Field(gt=0, le=10, description="log-space spread (ShareGPT-like traffic: about 0.5-1.5)")
 
 
 class Empirical(Frozen):
@@ -126,7 +126,7 @@ class ClosedLoop(Frozen):
     """`users` each send a request, wait for its last token, think, and send the next."""
 
     kind: Literal["closed_loop"]
-    users: int = Field(gt=0)
+    users: int = Field(gt=0, le=1_000_000)
     think_time_s: float = Field(0.0, ge=0)
     think_time_dist: Literal["fixed", "exponential"] = "exponential"
     turns_per_session: int = Field(
@@ -166,7 +166,7 @@ class RequestClass(Frozen):
     output_tokens: Lengths | None = None
     split: TotalSplit | None = None
     shared_prefix_tokens: int | None = Field(None, ge=0, description="default: the workload's")
-    samples: int | None = Field(None, gt=0, description="default: the workload's")
+    samples: int | None = Field(None, gt=0, le=1024, description="default: the workload's")
 
     @model_validator(mode="after")
     def _lengths(self) -> RequestClass:
@@ -243,14 +243,14 @@ class WorkloadConfig(Frozen):
     duration_s: float | None = Field(None, gt=0, description="or: send requests for this long")
     horizon_s: float | None = Field(None, gt=0, description="stop the clock here; the rest is 'unfinished'")
     slo: SLO | None = None
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**63)
     shared_prefix_tokens: int = Field(
         0, ge=0, description="a system prompt of this many tokens, identical for every request (of a class), "
         "added in front of the drawn prompt"
     )
-    samples: int = Field(1, gt=0, description="parallel sampling (n): answers per request, sharing its prompt")
+    samples: int = Field(1, gt=0, le=1024, description="parallel sampling (n): answers per request, sharing its prompt")
     prefix_caching: bool = Field(False, description="reuse cached KV blocks of identical prefixes (vLLM APC)")
-    replicas: int = Field(1, gt=0, description="copies of the server behind a router")
+    replicas: int = Field(1, gt=0, le=4096, description="copies of the server behind a router")
     router: Literal["round_robin", "least_outstanding", "least_kv"] = "round_robin"
     swap_space_gib: float = Field(4.0, ge=0, description="host memory per replica for swapped-out KV (vLLM --swap-space)")
     speculative: Speculative | None = None
