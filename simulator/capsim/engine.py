@@ -6,7 +6,9 @@ repeatable for k steps is advanced in one wait (a macro-step) unless `macro_step
 per-step times, token times and records are the ones k single steps would produce, because both
 go through CostModel.decode_steps and the same integer bookkeeping (tests/test_engine.py runs
 randomised workloads both ways and compares every record). `macro_steps=False` is the plain
-reference: one event per step and one per arrival.
+reference: one event per step and one per arrival. With one replica and open-loop arrivals the
+step loop is the only process: it pulls the arrivals due and its waits move the clock directly
+(`_run_alone`), with SimPy's ordering and horizon rule.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ class _Environment(simpy.Environment):
 
     def schedule_at(self, event: Event, priority: int, when: float) -> None:
         heappush(self._queue, (max(when, self._now), priority, next(self._eid), event))
+
+    def advance_to(self, when: float) -> None:
+        """Move the clock with no event queued (Engine._run_alone: the only process waits)."""
+        self._now = max(when, self._now)
 
 
 class _At(Event):
@@ -96,14 +102,34 @@ class Engine:
                 env.process(user(self, self.stream, u))
         elif not self.pull:
             env.process(open_loop(self, self.stream))
-        loops = [env.process(self._replica_loop(r)) for r in self.replicas]
-        env.run(until=self.horizon_s if self.horizon_s is not None else simpy.AllOf(env, loops))
+        if self.pull:
+            self._run_alone(self.replicas[0])
+        else:
+            loops = [env.process(self._replica_loop(r)) for r in self.replicas]
+            env.run(until=self.horizon_s if self.horizon_s is not None else simpy.AllOf(env, loops))
         if self.pull and self.horizon_s is not None:  # arrived during the step the horizon cut short
             self._pull(math.nextafter(self.horizon_s, -math.inf))
         for rep in self.replicas:
             for req in list(rep.running.decoders()) + list(rep.waiting):
                 self.outcomes.unfinished(req)
         return env.now
+
+    def _run_alone(self, rep: Replica) -> None:
+        """Pull mode: the step loop is the only process, so its waits need no event queue. It
+        yields the time it waits for and the clock moves there, stopping as SimPy's
+        run(until=horizon) does: before anything due at the horizon, with the clock at it."""
+        env, horizon = self.env, self.horizon_s
+        for when in self._replica_loop(rep):
+            if horizon is not None and when >= horizon:
+                break
+            env.advance_to(when)
+        if horizon is not None:
+            env.advance_to(horizon)
+
+    def _wait(self, when: float, priority: int = _LATE):
+        """What the step loop yields to wait until `when`: an event for SimPy, or in pull mode
+        the time itself (see _run_alone)."""
+        return when if self.pull else _At(self.env, when, priority)
 
     def next_arrival_s(self) -> float:
         if self.pull:
@@ -231,7 +257,7 @@ class Engine:
             when = self.next_arrival_s()
             if when == math.inf:
                 raise RuntimeError("scheduler made no progress and no request will arrive (a capsim bug)")
-            yield _At(self.env, when, 1)
+            yield self._wait(when, 1)
             self._pull(when)
             return
         rep.wake = self.env.event()
@@ -273,7 +299,7 @@ class Engine:
         if plan.num_decodes:
             kv.promise(kv.decode_need(running, 1))
         end = now + cost.seconds
-        yield _At(self.env, end, _LATE)
+        yield self._wait(end)
         if self._due <= end:  # arrivals due by the step's end count in its queue length
             self._pull(end)
         gained = running.tokens_ahead(1) if plan.num_decodes else 0
@@ -330,7 +356,7 @@ class Engine:
         ends = rep.cost.decode_ends(n, k, now, ctx_full0, ctx_sliding0, below, offsets, until)
         k = self._cap_steps(ends, plan)
         if k == 0:  # the first step crosses the horizon: it never completes
-            yield _At(env, float(ends[0]), _LATE)
+            yield self._wait(float(ends[0]))
             return
         ends = ends[:k]
         residues = running.residues() if kv.kind == "paged" else None
@@ -343,7 +369,7 @@ class Engine:
         if k > 1 and self.next_arrival_s() <= ends[-2]:
             waiting = waiting + self._arrivals_by(np.asarray(ends))
         step0, gained = running.steps, running.tokens_ahead(k)
-        yield _At(env, end, _LATE)
+        yield self._wait(end)
         if self._due <= end:
             self._pull(end)
         running.advance(k, end)
