@@ -73,12 +73,13 @@ class PagedAllocator:
 
     @property
     def free_units(self) -> int:
-        return self.num_blocks - self.used_units
+        return self.num_blocks - (self._fresh - len(self._returned) - len(self._evictable) + self._owed
+                                  + len(self._with_state) * self.seq_units)  # used_units, inlined: hot
 
     @property
     def held_tokens(self) -> int:
         """Token slots in blocks that some request holds (per-sequence state not counted)."""
-        return (self.used_units - self.state_units) * self.block_size
+        return (self._fresh - len(self._returned) - len(self._evictable) + self._owed) * self.block_size
 
     def _take(self, n: int) -> list[int]:
         """n block ids: free ones while physical memory lasts (per-sequence state and promised

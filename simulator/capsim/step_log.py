@@ -41,12 +41,16 @@ class Rows:
         try:
             self.data.extend(values)
         except OverflowError:
-            if self.typecode not in self._WIDER:
-                raise
-            del self.data[len(self.data) - len(self.data) % self.width:]  # the partly written row
-            self.typecode = self._WIDER[self.typecode]
-            self.data = array(self.typecode, self.data)
-            self.add(values)
+            self.widen_for(values)
+
+    def widen_for(self, values) -> None:
+        """extend(values) overflowed: drop the part of the row it wrote, widen, add the row."""
+        if self.typecode not in self._WIDER:
+            raise OverflowError(f"a value of {tuple(values)} does not fit a '{self.typecode}' record")
+        del self.data[len(self.data) - len(self.data) % self.width:]
+        self.typecode = self._WIDER[self.typecode]
+        self.data = array(self.typecode, self.data)
+        self.add(values)
 
     def matrix(self) -> np.ndarray:
         return np.frombuffer(self.data, dtype=self.typecode).reshape(-1, self.width)
@@ -68,8 +72,11 @@ class Records:
 
     def add(self, floats: tuple, ints: tuple) -> None:
         """One row: its float fields, then the others, each in field order."""
-        self._f.add(floats)
-        self._i.add(ints)
+        self._f.data.extend(floats)  # float64 takes any float: no widening to handle
+        try:
+            self._i.data.extend(ints)
+        except OverflowError:
+            self._i.widen_for(ints)
 
     def columns(self) -> dict[str, np.ndarray]:
         """Each field's column (views into the buffers: read them once the rows are all in)."""
