@@ -159,8 +159,31 @@ def test_engine_and_tp_keep_scalar_and_vector_decode_times_bit_identical(tiny_mo
     for n in (1, 3, 40):
         vector = cm.decode_seconds(n, full, full * 0)
         assert all(cm.decode_seconds(n, int(f), 0) == v for f, v in zip(full, vector))
-    ends = cm.decode_ends(3, 20, 1.0, 500, 0, 0)
-    assert list(ends[:5]) == cm.decode_ends(3, 5, 1.0, 500, 0, 0)
+    ends = cm.decode_ends(3, 60, 1.0, 500, 0, 0)  # long: priced with numpy
+    assert list(ends[:5]) == cm.decode_ends(3, 5, 1.0, 500, 0, 0)  # short: in a loop
+
+
+@pytest.mark.parametrize("ctx_sliding0, below, offsets", [(0, 0, None), (700, 2, None), (0, 0, [1, 3, 4, 6, 7, 9])])
+def test_decode_ends_sum_each_steps_decode_seconds_in_order(tiny_model, round_gpu, ctx_sliding0, below, offsets):
+    """Every path of decode_ends (the loops with and without sliding layers, given offsets, numpy
+    for long runs) ends where adding up decode_seconds one step at a time does, to the bit, and
+    stops after the first step ending at or after `until`."""
+    import capsim.cost_model as cost_model
+
+    cm = _cm(tiny_model, round_gpu)
+    n, ctx_full0, now = 3, 500, 1.0
+    steps = offsets or range(1, cost_model._VECTOR_FROM + 6)
+    t, expected = now, []
+    for o in steps:
+        t = t + cm.decode_seconds(n, ctx_full0 + n * o, ctx_sliding0 + below * o)
+        expected.append(t)
+    k = len(expected)
+    assert list(cm.decode_ends(n, k, now, ctx_full0, ctx_sliding0, below, offsets)) == expected
+    if offsets is None:
+        short = cost_model._VECTOR_FROM - 1
+        assert cm.decode_ends(n, short, now, ctx_full0, ctx_sliding0, below) == expected[:short]
+    until = (expected[2] + expected[3]) / 2
+    assert list(cm.decode_ends(n, k, now, ctx_full0, ctx_sliding0, below, offsets, until=until)) == expected[:4]
 
 
 def test_explain_shows_the_terms_of_the_priced_step(tiny_model, round_gpu):

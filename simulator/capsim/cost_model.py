@@ -45,7 +45,7 @@ from capsim.plan import StepPlan
 from capsim.rates import realistic_rates
 
 Mode = Literal["realistic", "document", "unit"]
-_VECTOR_FROM = 16  # decode runs this long or longer are priced with numpy, shorter ones in a loop
+_VECTOR_FROM = 40  # decode runs this long or longer are priced with numpy, shorter ones in a loop (break-even measured at 40-48)
 BOUNDS = ("compute", "memory", "overhead")
 
 
@@ -339,17 +339,30 @@ class CostModel:
         positions (ctx_sliding0 + below*o_j in sliding layers), o_j = j or offsets[j-1]; times
         summed in order from `now`. Stops after the first step ending at or after `until` (the
         engine would stop the macro-step there anyway; the steps beyond are not priced)."""
-        if until < math.inf and k > 1 and offsets is None:
-            first = self.decode_seconds(n, ctx_full0 + n, ctx_sliding0 + below)  # steps only get longer
+        c1, c2, c0, m1, m2, m0 = self.decode_coefficients(n)[:6]
+        passes = self.draft_passes
+        if until < math.inf and k > 1 and offsets is None:  # steps only get longer: bound k
+            full, sliding = ctx_full0 + n, ctx_sliding0 + below
+            first = (self.decode_seconds(n, full, sliding) if passes
+                     else max(c1 * full + c2 * sliding + c0, m1 * full + m2 * sliding + m0))
             k = min(k, max(1, int((until - now) / first) + 2))
-        if k >= _VECTOR_FROM or self.draft_passes:
+        if k >= _VECTOR_FROM or passes:
             j = np.arange(1, k + 1, dtype=np.int64) if offsets is None else np.asarray(offsets, dtype=np.int64)
             seconds = self.decode_seconds(n, (ctx_full0 + n * j).astype(np.float64),
                                           (ctx_sliding0 + below * j).astype(np.float64))
             seconds[0] = now + seconds[0]
             return np.cumsum(seconds)
-        c1, c2, c0, m1, m2, m0 = self.decode_coefficients(n)[:6]
         ends, t = [], now
+        if offsets is None and not below and not ctx_sliding0:  # no sliding layers: the same sums, fewer terms
+            full = ctx_full0
+            for _ in range(k):
+                full += n
+                compute, memory = c1 * full + c0, m1 * full + m0  # c2 * 0 adds an exact 0.0
+                t = t + (compute if compute >= memory else memory)
+                ends.append(t)
+                if t >= until:
+                    break
+            return ends
         for o in (range(1, k + 1) if offsets is None else offsets):
             full, sliding = ctx_full0 + n * o, ctx_sliding0 + below * o
             # decode_seconds inlined: this loop is the simulator's hottest code
