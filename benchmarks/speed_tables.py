@@ -192,7 +192,7 @@ def report(ms: list[Measured], header: list[tuple[str, str]], loads: list[float]
     parts = ["\n".join(f"- {k}: {v}" if md else f"{k:>38}: {v}" for k, v in head),
              main_table(ms, md),
              "sim s: median time inside simulate() (imports excluded); process s: median wall time of "
-             "`capsim run WORKLOAD > /dev/null`; events: SimPy events scheduled; runs: simulate() + CLI runs.",
+             "`capsim run WORKLOAD > /dev/null`; events: the engine's waits and arrival events (RunResult.events); runs: simulate() + CLI runs.",
              targets(by, md), "Against Vidur's published figures:\n\n" + vidur_lines(by), scaling_tables(by, md),
              macro_table(by, md)]
     return "\n\n".join(p for p in parts if p) + "\n"

@@ -72,6 +72,18 @@ def test_macro_steps_equal_step_by_step(round_gpu_file, case):
     assert macro.summary["num_steps"] > 0
 
 
+def test_events_count_the_engines_waits(round_gpu_file):
+    """RunResult.events: step by step, an event per forward pass and per arrival; with macro-steps
+    (one replica, arrivals pulled by the step loop), one per wait of the step loop: a step with a
+    prefill, a decode macro-step or an idle wait."""
+    w = workload(round_gpu_file, **CASES["slow-arrivals"])
+    macro, step = _both(w)
+    passes, arrived = step.summary["num_steps"], step.summary["arrived"]
+    assert step.events >= passes + arrived
+    prefills = int((macro.steps["prefill_tokens"] > 0).sum())
+    assert prefills < macro.events < passes // 2
+
+
 # Random small workloads: every scheduler and allocator, block sizes 1/4/16, memory from tight
 # (preemption) to plenty, Poisson or bursty arrivals, with and without a horizon.
 RANDOM = dict(

@@ -81,6 +81,10 @@ class Engine:
         self._rr = 0
         self._sessions = 0
         self._sample_ids = 1 << 40  # forked samples get ids no arrival has
+        self._clock_stops = 0  # pull mode: the step loop's waits (SimPy counts its own events)
+        # After run(): the events the run took, its real work: each wait of a step loop (a step,
+        # a macro-step, an idle wait) plus each arrival or send that was an event of its own.
+        self.events = 0
         self.closed_loop = isinstance(stream, ClosedLoopStream)
         # One replica, open loop: nothing happens at an arrival but the queue growing, and only the
         # step loop reads the queue, so it takes the arrivals due whenever it looks (_pull) instead
@@ -107,6 +111,7 @@ class Engine:
         else:
             loops = [env.process(self._replica_loop(r)) for r in self.replicas]
             env.run(until=self.horizon_s if self.horizon_s is not None else simpy.AllOf(env, loops))
+        self.events = self._clock_stops + next(env._eid)  # SimPy numbers its events with a counter
         if self.pull and self.horizon_s is not None:  # arrived during the step the horizon cut short
             self._pull(math.nextafter(self.horizon_s, -math.inf))
         for rep in self.replicas:
@@ -123,6 +128,7 @@ class Engine:
             if horizon is not None and when >= horizon:
                 break
             env.advance_to(when)
+            self._clock_stops += 1
         if horizon is not None:
             env.advance_to(horizon)
 

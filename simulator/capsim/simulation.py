@@ -68,6 +68,7 @@ class RunResult:
     _build_steps: Callable[[], pd.DataFrame] = field(repr=False)
     _requests: pd.DataFrame | None = field(default=None, repr=False)
     _steps: pd.DataFrame | None = field(default=None, repr=False)
+    events: int = 0  # events the engine took (steps or macro-steps, waits, arrival events): its work
 
     @property
     def requests(self) -> pd.DataFrame:
@@ -299,7 +300,8 @@ def _result(setup: Setup, engine: Engine, end_s: float) -> RunResult:
         summary["kv_reserved_unused"] = 0.0
     summary.update(_feature_stats(setup, engine, totals, requests))
     summary["setup"] = describe(setup)
-    return RunResult(setup, summary, gaps, partial(request_frame, requests, class_names, reasons), build_steps)
+    return RunResult(setup, summary, gaps, partial(request_frame, requests, class_names, reasons), build_steps,
+                     events=engine.events)
 
 
 def _feature_stats(setup: Setup, engine: Engine, totals: dict, requests: dict[str, np.ndarray]) -> dict:
