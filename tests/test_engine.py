@@ -72,6 +72,21 @@ def test_macro_steps_equal_step_by_step(round_gpu_file, case):
     assert macro.summary["num_steps"] > 0
 
 
+@pytest.mark.parametrize("horizon_s", [None, 6.0, 7.0, 12.0])
+def test_ties_of_arrivals_step_ends_and_horizon_resolve_as_step_by_step(round_gpu_file, horizon_s):
+    """Unit mode: every step takes 1 s and a request arrives every second, so arrivals, step ends
+    and the horizon fall on the same instants. Pulled arrivals with the clock moved by the step
+    loop order them as SimPy does step by step: arrivals first, the horizon before anything at it."""
+    w = workload(round_gpu_file, mode="unit", arrivals={"kind": "constant", "rate_per_s": 1.0}, requests=8,
+                 prompt_tokens={"dist": "fixed", "value": 16}, output_tokens={"dist": "sequence", "values": [3, 1, 4, 2]},
+                 scheduler={"kind": "continuous", "max_num_seqs": 2}, horizon_s=horizon_s)
+    macro, step = _both(w)
+    assert macro.summary_json() == step.summary_json()
+    assert macro.requests.equals(step.requests) and macro.steps.equals(step.steps)
+    if horizon_s is not None:
+        assert macro.summary["duration"] == horizon_s and (macro.steps["end_s"] < horizon_s).all()
+
+
 def test_events_count_the_engines_waits(round_gpu_file):
     """RunResult.events: step by step, an event per forward pass and per arrival; with macro-steps
     (one replica, arrivals pulled by the step loop), one per wait of the step loop: a step with a
