@@ -4,7 +4,8 @@
 
 Prints one JSON line: import_s (importing capsim.simulation: numpy, SimPy, pydantic), sim_s (the
 simulate() call alone: workload, engine run, result columns and summary), the run's request and
-step counts, and events (RunResult.events: the engine's waits and arrival events). Peak RSS is
+step counts, events (RunResult.events: the engine's waits and arrival events; None from versions
+before it, which benchmarks/compare.py may run) and where capsim was imported from. Peak RSS is
 taken by the parent from this process's rusage, so it covers imports, the run and its result.
 """
 
@@ -37,10 +38,11 @@ def main(spec: dict) -> dict:
     s = result.summary
     return {
         "import_s": imported - start, "sim_s": done - imported, "arrived": int(s["arrived"]),
-        "completed": int(s["completed"]), "steps": int(s["num_steps"]), "events": result.events,
+        "completed": int(s["completed"]), "steps": int(s["num_steps"]), "events": getattr(result, "events", None),
         "output_tokens": int(s["total_output_tokens"]), "simulated_s": float(s["duration"]),
         "preemptions": int(s["preemptions"]), "mean_queueing_ms": float(s["mean_queueing_ms"]),
         "digest": _digest(result) if spec.get("digest") else None,
+        "capsim": sys.modules["capsim"].__file__,
     }
 
 

@@ -37,13 +37,13 @@ BENCH_10K, BENCH_1M = "workloads/bench-10k.yaml", "workloads/bench-1m.yaml"
 
 # ---------------------------------------------------------------- running one process
 
-def run_process(argv: list[str], limit_s: float, capture: bool) -> Run:
-    """Run argv in its own process group; kill the group at limit_s. Wall time and peak RSS
-    (ru_maxrss of this child alone, via wait4)."""
+def run_process(argv: list[str], limit_s: float, capture: bool, env: dict | None = None) -> Run:
+    """Run argv in its own process group (with `env`, or this one's); kill the group at limit_s.
+    Wall time and peak RSS (ru_maxrss of this child alone, via wait4)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=out if capture else subprocess.DEVNULL, stderr=err,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
         killed = threading.Event()
 
         def kill() -> None:
