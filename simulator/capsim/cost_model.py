@@ -45,7 +45,9 @@ from capsim.plan import StepPlan
 from capsim.rates import realistic_rates
 
 Mode = Literal["realistic", "document", "unit"]
-_VECTOR_FROM = 40  # decode runs this long or longer are priced with numpy, shorter ones in a loop (break-even measured at 40-48)
+# Decode runs this long or longer are priced with numpy, shorter ones in a loop (numpy's fixed cost
+# per call pays for itself from about 40-48 steps on this machine).
+_VECTOR_FROM = 40
 BOUNDS = ("compute", "memory", "overhead")
 
 
