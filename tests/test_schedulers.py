@@ -167,35 +167,6 @@ def test_fast_and_slow_paths_agree():
     assert fast.decode_all and fast.num_decodes == 5 and fast.num_tokens == 5
 
 
-@pytest.mark.parametrize("kind", ["continuous", "chunked"])
-@pytest.mark.parametrize("seed", range(40))
-def test_steady_state_plan_equals_the_general_path(kind, seed, monkeypatch):
-    """The plan made directly when nobody waits and everyone decodes is the one the general path
-    (_plan_running, _admit, _set_repeat) makes, for batches that fit or not (memory, budget)."""
-    import random
-
-    from capsim.schedulers import Scheduler
-
-    rng = random.Random(seed)
-    kv = make_paged(num_blocks=rng.choice([40, 200, 1000]), block_size=4)
-    running = [decoding(rng.randint(1, 30), rng.randint(5, 60), generated=rng.randint(1, 4), rid=800 + i)
-               for i in range(rng.randint(1, 6))]
-    _hold(kv, *running)
-    spare = kv.free_units - rng.choice([0, 1, 2, 5, 50])  # leave a few blocks free, or many
-    if spare > 0:
-        kv.allocate(make_request(spare * 4, 1, rid=999), spare * 4)
-    budget = rng.choice([3, 1000])
-    waiting = deque([make_request(10, 5)]) if rng.random() < 0.2 else deque()
-
-    def plan():
-        sched = make_scheduler(kind, max_num_batched_tokens=budget)
-        return sched.schedule(waiting.copy(), running_set(*running), kv)
-
-    direct = plan()
-    monkeypatch.setattr(Scheduler, "_decode_everyone", lambda self, *args: None)
-    assert direct == plan()
-
-
 def test_multi_step_scheduling_admits_only_at_window_boundaries():
     """vLLM 0.6's --num-scheduler-steps 10: while a batch decodes, newcomers join every 10 steps."""
     from capsim.schedulers import ContinuousScheduler

@@ -10,9 +10,7 @@ When a running request needs memory and none is free, the newest running request
 
 Fast path: when every decoding request fits its next token (memory and budget), the plan says
 `decode_all` instead of listing them, in O(1). Otherwise the slow path lists every running
-request in order and preempts; both give the same plan where both apply. In the steady state
-(nobody waiting, everyone decoding) continuous and chunked make that plan directly
-(`_decode_everyone`); tests/test_schedulers.py checks it against the general path.
+request in order and preempts; both give the same plan where both apply.
 """
 
 from __future__ import annotations
@@ -146,18 +144,6 @@ class Scheduler:
             seqs += 1
         return True
 
-    def _decode_everyone(self, waiting, running: RunningSet, kv: Allocator) -> StepPlan | None:
-        """The steady state's plan, made directly: nobody waits, every running request decodes and
-        all their next tokens fit, so they decode together until the first completion or the
-        blocks run out (the plan _plan_running, _admit and _set_repeat arrive at). None otherwise."""
-        n = running.num_decoding
-        if (waiting or not n or n != len(running) or n > self.max_num_batched_tokens or self.steps_per_schedule > 1
-                or kv.decode_need(running, 1) > kv.free_units):
-            return None
-        k = kv.max_decode_steps(running, running.steps_to_first_finish())
-        return StepPlan(decode_all=True, num_decodes=n, decode_only=True, repeat_steps=max(1, k),
-                        slots=self.max_num_seqs)
-
     def _set_repeat(self, plan: StepPlan, running: RunningSet, kv: Allocator) -> None:
         """Mark a plan that only decodes every running request as repeatable until the first
         completion or the first step whose blocks would not fit."""
@@ -190,14 +176,12 @@ class ContinuousScheduler(Scheduler):
     whole_prompt = True  # a joining prompt is prefilled in one step
 
     def schedule(self, waiting, running, kv):
-        plan = self._decode_everyone(waiting, running, kv)
-        if plan is not None:
-            return plan
         plan = StepPlan(slots=self.max_num_seqs)
         free, budget = self._plan_running(running, kv, plan, self.max_num_batched_tokens)
         if plan.preempted:
             return plan  # as vLLM: no admissions in a step that had to preempt
-        plan.wake_on_arrival = self._admit(waiting, running, kv, plan, free, budget, whole_prompt=self.whole_prompt)
+        if waiting:  # an empty queue admits nobody, and a newcomer could join: wake_on_arrival stays True
+            plan.wake_on_arrival = self._admit(waiting, running, kv, plan, free, budget, whole_prompt=self.whole_prompt)
         self._set_repeat(plan, running, kv)
         return plan
 
