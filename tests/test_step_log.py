@@ -41,7 +41,7 @@ def test_large_runs_are_summarised_in_chunks_and_tabled_per_macro_step(round_gpu
     w = workload(round_gpu_file, requests=200)
     small = simulate(w)
     monkeypatch.setattr(step_log, "LARGE_RUN_STEPS", 10)
-    monkeypatch.setattr(step_log, "_CHUNK_SEGMENTS", 7)
+    monkeypatch.setattr(step_log, "CHUNK_SEGMENTS", 7)
     large = simulate(w)
     assert small.summary["num_steps"] == large.summary["num_steps"] > 10
     for key in ("mfu", "mbu", "kv_utilisation", "slot_utilisation", "mean_batch_size", "gpu_busy_fraction"):
@@ -87,7 +87,7 @@ def test_records_keep_floats_and_integers_apart_in_field_order():
 def test_large_runs_summarise_the_same_bits_with_and_without_macro_steps(round_gpu_file, monkeypatch):
     # The chunked sums of a large run must not depend on how steps were grouped into macro-steps.
     monkeypatch.setattr(step_log, "LARGE_RUN_STEPS", 10)
-    monkeypatch.setattr(step_log, "_CHUNK_SEGMENTS", 7)
+    monkeypatch.setattr(step_log, "CHUNK_SEGMENTS", 7)
     monkeypatch.setattr(step_log, "_TOTALS_ROWS", 50)
     w = workload(round_gpu_file, requests=200, arrivals={"kind": "poisson", "rate_per_s": 300.0})
     macro, step = simulate(w), simulate(w, macro_steps=False)

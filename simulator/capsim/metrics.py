@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from capsim.step_log import Records, Rows
+from capsim.step_log import CHUNK_SEGMENTS, Records, Rows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -143,7 +143,7 @@ class Gaps:
     """A run's inter-token gaps, produced in chunks of (gap_s, count) pairs from the compact log, so
     a run with tens of millions of gaps never holds them all at once."""
 
-    CHUNK_SEGMENTS = 25_000  # decode segments a chunk (about 150K gaps)
+    CHUNK_SEGMENTS = CHUNK_SEGMENTS  # decode segments a chunk, as the step log's (about 150K gaps)
     CHUNK_SINGLE = 250_000  # one-off gaps a chunk
 
     def __init__(self, single: dict[str, np.ndarray], lengths: np.ndarray, counts: np.ndarray, ends: np.ndarray) -> None:

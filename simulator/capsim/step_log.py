@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 LARGE_RUN_STEPS = 3_000_000
-_CHUNK_SEGMENTS = 25_000
+CHUNK_SEGMENTS = 25_000  # decode segments read at a time (step totals, gap statistics)
 _TOTALS_ROWS = 100_000  # a large run's sums are taken over this many steps at a time
 
 
@@ -215,7 +215,7 @@ class StepLog:
 
     def _chunks(self):
         n = len(self._segments)
-        return [(a, min(a + _CHUNK_SEGMENTS, n)) for a in range(0, n, _CHUNK_SEGMENTS)]
+        return [(a, min(a + CHUNK_SEGMENTS, n)) for a in range(0, n, CHUNK_SEGMENTS)]
 
     def _single_columns(self) -> dict:
         single = self._single.columns()
