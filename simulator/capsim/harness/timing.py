@@ -16,6 +16,11 @@ from capsim.harness.deps import require_torch
 # Larger than the 60 MB L2 of an H100/H200 (and than any CPU's last-level cache we expect).
 FLUSH_BYTES_GPU = 256 * 2**20
 FLUSH_BYTES_CPU = 64 * 2**20
+# GPU cycles the stream spins before each timed call (about 0.5 ms at the H200's 1.98 GHz), so the
+# host has queued the whole call (allocations, Triton's Python launcher) before the start event
+# fires: the events then time the GPU's work, not the host's launch latency. A serving engine
+# replays its decode step as a CUDA graph, so host launch cost is not part of the step it prices.
+HIDE_LAUNCH_CYCLES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -53,8 +58,11 @@ class CacheFlusher:
 
 
 def time_calls(fn: Callable[[int], object], device: str, *, warmup: int = 3, reps: int = 10,
-               flush: Callable[[], None] | None = None) -> Timing:
+               flush: Callable[[], None] | None = None, hide_launch: bool = True) -> Timing:
     """Time `fn(rep)` `reps` times after `warmup` untimed calls; `flush` runs untimed before each.
+
+    On CUDA with `hide_launch`, the stream first spins `HIDE_LAUNCH_CYCLES` (untimed), so the
+    host's launch latency falls outside the events; pass False to time the host's launches.
 
     `fn` receives the repetition index so callers can rotate inputs (block tables) for a cold cache.
     """
@@ -70,6 +78,8 @@ def time_calls(fn: Callable[[int], object], device: str, *, warmup: int = 3, rep
             flush()
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if hide_launch:
+                torch.cuda._sleep(HIDE_LAUNCH_CYCLES)
             start.record()
             fn(i)
             end.record()
@@ -106,5 +116,6 @@ def launch_overhead(device: str, calls: int = 200) -> float:
     """Seconds per call of a tiny kernel launched back to back (CPU: per tiny op)."""
     torch = require_torch()
     x = torch.zeros(16, device=device)
-    timing = time_calls(lambda _: [x.add_(1.0) for _ in range(calls)], device, warmup=2, reps=5)
+    timing = time_calls(lambda _: [x.add_(1.0) for _ in range(calls)], device, warmup=2, reps=5,
+                        hide_launch=False)
     return timing.median_s / calls
