@@ -9,7 +9,12 @@ import sys
 import pytest
 from capsim.catalog import load_hardware
 from capsim.errors import CapsimError
-from harness_helpers import DEVICE_IMAGE_SITECUSTOMIZE, NO_TORCH_SITECUSTOMIZE, REPO, run_with_sitecustomize
+from harness_helpers import (
+    DEVICE_IMAGE_SITECUSTOMIZE,
+    NO_TORCH_SITECUSTOMIZE,
+    REPO,
+    run_with_sitecustomize,
+)
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +81,25 @@ def test_check_notices_edited_raw_data_and_refit_restores_it(quick_cpu_run, tmp_
     assert not check(tmp_path / result.profile_path.name).sha256_matches
     refit(tmp_path / result.profile_path.name)
     assert check(tmp_path / result.profile_path.name).sha256_matches
+
+
+def test_the_shipped_h200_calibration_reproduces_from_its_raw_data(tmp_path):
+    """hardware_profiles/h200.calibrated.yaml was measured on an H200; its hash, stored errors and
+    fitted efficiencies must all follow from the raw points shipped beside it."""
+    from capsim.harness import check, refit
+
+    shipped = REPO / "hardware_profiles" / "h200.calibrated.yaml"
+    report = check(shipped)
+    assert report.sha256_matches
+    rows = report.table_rows()
+    assert {r["family"] for r in rows} >= {"decode.triton.bf16", "decode.triton.fp8", "gemm.bf16", "prefill"}
+    assert all(r["stored_pct"] == pytest.approx(r["recomputed_pct"], abs=1e-3) for r in rows)
+    for name in (shipped.name, "h200.calibrated.jsonl"):
+        (tmp_path / name).write_text((shipped.parent / name).read_text())
+    refitted = load_hardware(refit(tmp_path / shipped.name))
+    original = load_hardware(shipped)
+    for part in ("efficiency", "overhead"):  # the fit's last bits depend on the machine's BLAS
+        assert getattr(refitted, part).model_dump() == pytest.approx(getattr(original, part).model_dump(), rel=1e-9)
 
 
 def test_check_needs_a_calibrated_profile():
