@@ -6,6 +6,7 @@ This is the public entry point `capsim.simulate()`; the CLI and notebooks both c
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -92,20 +93,24 @@ class RunResult:
 
     def write(self, out_dir: Path) -> list[Path]:
         """summary.json, requests.csv, steps.csv (one row per forward pass, or per macro-step for
-        very large runs: then the file starts with a '#' line saying so) under out_dir."""
+        very large runs: then the file starts with a '#' line saying so) under out_dir. The CSVs
+        are what pandas' to_csv writes, by capsim.csv_out's faster writer."""
         import pandas as pd
+
+        from capsim.csv_out import write_csv
 
         out_dir.mkdir(parents=True, exist_ok=True)
         paths = [out_dir / "summary.json", out_dir / "requests.csv", out_dir / "steps.csv"]
         paths[0].write_text(self.summary_json())
-        self.requests.to_csv(paths[1], index=False)
+        with open(paths[1], "w", newline="") as fh:
+            write_csv(self.requests, fh)
         steps = self.steps.copy()
         steps["bound"] = pd.Categorical.from_codes(steps["bound"], ["compute", "memory", "overhead"])
-        with open(paths[2], "w") as fh:
+        with open(paths[2], "w", newline="") as fh:
             if self.steps_per_row:
                 fh.write("# capsim: one row per macro-step (its last pass's state; duration, tokens, FLOPs and "
-                         "bytes summed over the `steps` forward passes it holds)\n")
-            steps.to_csv(fh, index=False)
+                         "bytes summed over the `steps` forward passes it holds)" + os.linesep)
+            write_csv(steps, fh)
         return paths
 
 
