@@ -74,6 +74,20 @@ def test_write_creates_the_three_files(tmp_path, round_gpu_file):
     assert len(steps) == summary["num_steps"] and set(steps["bound"]) <= {"compute", "memory", "overhead"}
 
 
+def test_a_per_macro_step_table_is_written_after_a_line_saying_so(tmp_path, round_gpu_file, monkeypatch):
+    import pandas as pd
+    from capsim import step_log
+
+    monkeypatch.setattr(step_log, "LARGE_RUN_STEPS", 10)
+    r = simulate(workload(round_gpu_file))
+    steps_csv = r.write(tmp_path / "out")[2]
+    first = steps_csv.read_text().splitlines()[0]
+    assert r.steps_per_row and first.startswith("# capsim: one row per macro-step")
+    table = pd.read_csv(steps_csv, comment="#")
+    assert table["steps"].sum() == r.summary["num_steps"] and list(table.columns) == list(r.steps.columns)
+    assert table["end_s"].tolist() == r.steps["end_s"].tolist()  # every digit round-trips
+
+
 def test_a_run_builds_its_tables_only_when_asked():
     # The summary comes from numpy columns; pandas is imported when a table is first used (so
     # `capsim run` without --out starts faster), and the tables hold what the summary counted.
@@ -82,5 +96,5 @@ def test_a_run_builds_its_tables_only_when_asked():
             "assert 'pandas' not in sys.modules, 'pandas imported by the run'; "
             "assert len(r.requests) == r.summary['arrived'] == 30 and 'pandas' in sys.modules; "
             "assert len(r.steps) == r.summary['num_steps']; print('ok')")
-    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", code], check=False, cwd=Path(__file__).parent.parent, capture_output=True, text=True)
     assert done.stdout.strip() == "ok", done.stderr
