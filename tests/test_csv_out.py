@@ -1,5 +1,6 @@
-"""csv_out.write_csv writes exactly what pandas' to_csv(index=False) writes, for every dtype the
-record frames use (and falls back to pandas for the rest)."""
+"""csv_out writes exactly what pandas' to_csv(index=False) writes: write_csv for DataFrames of every
+dtype the records use (pandas for the rest), write_table for the records' own columns (labels, nullable
+integers), whose DataFrame is as_dataframe."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from capsim import csv_out
-from capsim.csv_out import write_csv
+from capsim.csv_out import Labels, MaybeInts, as_dataframe, write_csv, write_table
 
 
 def _both(frame: pd.DataFrame) -> tuple[str, str]:
@@ -87,12 +88,37 @@ def test_empty_frames_match():
         assert got == expected
 
 
-def test_a_runs_request_and_step_tables_match_pandas():
+def test_labels_and_maybe_ints_write_what_their_dataframe_writes():
+    table = {
+        "id": np.arange(6, dtype=np.int64),
+        "cls": Labels(np.array([0, 1, -1, 2, 0, 1], dtype=np.int16), ["a", "b,c", 'say "hi"']),
+        "reason": Labels(np.array([-1, 0, -1, 1, -1, -1]), ["too_long", "two\nlines"]),
+        "user": MaybeInts(np.array([3, 0, 7, 0, 1, 2], dtype=np.int32), np.array([0, 1, 0, 1, 0, 0], dtype=bool)),
+        "bound": Labels(np.array([0, 1, 2, 1, 0, 2], dtype=np.int8), ["compute", "memory", "overhead"]),
+        "t": np.array([0.5, np.nan, 2.0, 1e-7, -0.0, 3e20]),
+    }
+    for text, codes in (((), ()), (("reason",), ("bound",))):
+        expected = io.StringIO()
+        frame = as_dataframe(table, text=text, codes=codes)
+        if codes:  # a column kept as codes in the DataFrame is written as its names
+            frame["bound"] = pd.Categorical.from_codes(frame["bound"], table["bound"].names)
+        frame.to_csv(expected, index=False)
+        got = io.StringIO()
+        write_table(table, got)
+        assert got.getvalue() == expected.getvalue()
+    assert as_dataframe(table, text=("reason",))["reason"].tolist() == ["", "too_long", "", "two\nlines", "", ""]
+    assert as_dataframe(table)["user"].isna().tolist() == [False, True, False, True, False, False]
+
+
+def test_a_runs_files_are_what_pandas_writes_for_its_tables(tmp_path):
     from capsim.simulation import simulate
 
     result = simulate(Path(__file__).resolve().parents[1] / "workloads" / "chat.yaml", requests=300)
+    _, requests_csv, steps_csv = result.write(tmp_path)
     steps = result.steps.copy()
     steps["bound"] = pd.Categorical.from_codes(steps["bound"], ["compute", "memory", "overhead"])
-    for frame in (result.requests, steps):
-        expected, got = _both(frame)
-        assert got == expected and got.count("\n") == len(frame) + 1
+    for frame, path in ((result.requests, requests_csv), (steps, steps_csv)):
+        expected = io.StringIO()
+        frame.to_csv(expected, index=False)
+        assert path.read_text() == expected.getvalue()
+        assert path.read_text().count("\n") == len(frame) + 1

@@ -1,5 +1,5 @@
-"""CSV files of the record frames, byte for byte what `DataFrame.to_csv(index=False)` writes, in
-about a third of the time.
+"""CSV files of the record tables, byte for byte what pandas' `DataFrame.to_csv(index=False)` writes
+for the same table, in about a third of the time and without importing pandas.
 
 pandas formats a float column through numpy's string conversion and then hands every field to the
 csv module; for bench-10k's 237,528-row step table that took longer than the simulation. Here each
@@ -7,63 +7,141 @@ column becomes a list of strings with Python's own formatting (`float.__repr__` 
 shortest round-trip form numpy and pandas print), and rows are joined in chunks, so memory stays
 bounded on million-row tables.
 
-Written the same as pandas: floats in shortest round-trip form with NaN as an empty field, integers
-as digits, categoricals and strings as their text with missing values empty, booleans as
-True/False, and a field quoted (doubling its quotes) only when it holds a comma, a quote or a line
-break. A frame with a column of any other dtype (or duplicate column names) is written by pandas.
+`write_table` takes the columns as the records keep them: numpy arrays (floats with NaN written
+empty, integers, booleans as True/False), `Labels` (codes into names, -1 empty: what a pandas
+categorical writes) and `MaybeInts` (integers with missing ones empty: pandas' nullable Int).
+`as_dataframe` turns such a table into the DataFrame whose to_csv text that is, and `write_csv`
+writes a DataFrame the same way, falling back to pandas for dtypes outside these. A
+field is quoted (its quotes doubled) only when it holds a comma, a quote or a line break.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TextIO
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ROWS_PER_CHUNK = 20_000
 _NEEDS_QUOTES = (",", '"', "\n", "\r")
 
 
-def write_csv(frame: pd.DataFrame, fh: TextIO) -> None:
-    """Write `frame` to the open text file as `frame.to_csv(fh, index=False)` would."""
-    columns = [frame[c] for c in frame.columns] if frame.columns.is_unique else None
-    if columns is None or not all(_supported(col) for col in columns):
-        frame.to_csv(fh, index=False)
-        return
+@dataclass(frozen=True)
+class Labels:
+    """A text column stored as codes into `names`; code -1 is a missing (empty) field."""
+
+    codes: np.ndarray
+    names: Sequence[str]
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, rows: slice) -> Labels:
+        return Labels(self.codes[rows], self.names)
+
+
+@dataclass(frozen=True)
+class MaybeInts:
+    """An integer column with missing values (written empty where `missing` is set)."""
+
+    values: np.ndarray
+    missing: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, rows: slice) -> MaybeInts:
+        return MaybeInts(self.values[rows], self.missing[rows])
+
+
+Column = np.ndarray | Labels | MaybeInts
+
+
+def write_table(columns: Mapping[str, Column], fh: TextIO) -> None:
+    """Write the columns (all of one length) as CSV with a header line, as pandas would."""
     end = os.linesep
-    fh.write(",".join(_quote(str(c)) for c in frame.columns) + end)
-    for start in range(0, len(frame), ROWS_PER_CHUNK):
-        fields = [_fields(col.iloc[start:start + ROWS_PER_CHUNK]) for col in columns]
+    fh.write(",".join(_quote(str(name)) for name in columns) + end)
+    rows = len(next(iter(columns.values()))) if columns else 0
+    for start in range(0, rows, ROWS_PER_CHUNK):
+        part = slice(start, start + ROWS_PER_CHUNK)
+        fields = [_fields(col[part]) for col in columns.values()]
         fh.write(end.join(map(",".join, zip(*fields))) + end)
 
 
-def _supported(col: pd.Series) -> bool:
+def as_dataframe(columns: Mapping[str, Column], text: tuple[str, ...] = (),
+                 codes: tuple[str, ...] = ()) -> pd.DataFrame:
+    """The same table as a DataFrame (pandas imported here): Labels columns categorical, or plain
+    text ("" where missing) for those named in `text`, or their integer codes for those in `codes`;
+    MaybeInts as nullable integers. Its to_csv text is what write_table writes."""
+    import pandas as pd
+
+    frame = {}
+    for name, col in columns.items():
+        if isinstance(col, Labels):
+            if name in codes:
+                col = col.codes
+            elif name in text:
+                col = np.array(("", *col.names), dtype=object)[col.codes + 1]
+            else:
+                col = pd.Categorical.from_codes(col.codes, col.names)
+        elif isinstance(col, MaybeInts):
+            col = pd.arrays.IntegerArray(col.values, col.missing)
+        frame[name] = col
+    return pd.DataFrame(frame, copy=False)
+
+
+def write_csv(frame: pd.DataFrame, fh: TextIO) -> None:
+    """Write `frame` to the open text file as `frame.to_csv(fh, index=False)` would."""
+    columns = {name: _from_series(frame[name]) for name in frame.columns} if frame.columns.is_unique else None
+    if columns is None or any(col is None for col in columns.values()):
+        frame.to_csv(fh, index=False)
+        return
+    write_table(columns, fh)
+
+
+def _from_series(col: pd.Series) -> Column | None:
+    """The series as one of write_table's columns, or None for a dtype it does not write."""
+    import pandas as pd
+
     dtype = col.dtype
     if isinstance(dtype, pd.CategoricalDtype):
-        return dtype.categories.dtype.kind in "OTU"
+        if dtype.categories.dtype.kind not in "OTU":
+            return None
+        return Labels(col.cat.codes.to_numpy(), [str(c) for c in dtype.categories])
     if isinstance(dtype, pd.StringDtype):
-        return True
+        codes, names = pd.factorize(col, use_na_sentinel=True)
+        return Labels(codes, [str(n) for n in names])
     if pd.api.types.is_extension_array_dtype(dtype):
-        return dtype.kind in "iub"  # nullable Int/UInt/boolean
-    return dtype.kind in "iub" or (dtype.kind == "f" and dtype.itemsize == 8)
+        if dtype.kind not in "iub":  # nullable Int/UInt/boolean
+            return None
+        missing = col.isna().to_numpy()
+        values = col.to_numpy(dtype=object, na_value=0)
+        return MaybeInts(np.array(values.tolist(), dtype=bool if dtype.kind == "b" else np.int64), missing)
+    if dtype.kind in "iub" or (dtype.kind == "f" and dtype.itemsize == 8):
+        return col.to_numpy()
+    return None
 
 
-def _fields(col: pd.Series) -> list[str]:
+def _fields(col: Column) -> list[str]:
     """One column's fields, as text."""
-    dtype = col.dtype
-    if isinstance(dtype, pd.CategoricalDtype):
-        names = [_quote(str(c)) for c in dtype.categories] + [""]
-        return [names[code] for code in col.cat.codes.to_numpy().tolist()]  # code -1 (missing) -> ""
-    if isinstance(dtype, pd.StringDtype) or pd.api.types.is_extension_array_dtype(dtype):
-        values = col.to_numpy(dtype=object, na_value=None).tolist()
-        return ["" if v is None else _quote(str(v)) for v in values]
-    values = col.to_numpy()
-    if dtype.kind == "f":
-        return _float_fields(values)
-    if dtype.kind == "b":
-        return list(map(str, values.tolist()))
-    return _int_fields(values)
+    if isinstance(col, Labels):
+        names = [_quote(str(name)) for name in col.names] + [""]
+        return [names[code] for code in np.asarray(col.codes).tolist()]  # code -1 (missing) -> ""
+    if isinstance(col, MaybeInts):
+        text = _fields(col.values)
+        for i in np.flatnonzero(col.missing).tolist():
+            text[i] = ""
+        return text
+    if col.dtype.kind == "f":
+        return _float_fields(col)
+    if col.dtype.kind == "b":
+        return list(map(str, col.tolist()))
+    return _int_fields(col)
 
 
 def _int_fields(values: np.ndarray) -> list[str]:

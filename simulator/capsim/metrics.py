@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from capsim.csv_out import Column, Labels, MaybeInts, as_dataframe
 from capsim.step_log import CHUNK_SEGMENTS, Records, Rows
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 OUTCOMES = ("completed", "rejected", "unfinished")
 BOUND_NAMES = ("compute", "memory", "overhead")
+REQUEST_TEXT_COLUMNS = ("reject_reason",)  # plain text in the requests DataFrame, not categorical
 NAN = float("nan")
 
 
@@ -86,27 +88,29 @@ class RequestLog:
         return request_frame(self.columns(), self.class_names, self.reject_reasons)
 
 
-def request_frame(columns: dict[str, np.ndarray], class_names: tuple[str, ...],
-                  reject_reasons: tuple[str, ...]) -> pd.DataFrame:
-    """The requests table from RequestLog.columns(), codes turned into names (pandas is imported
-    here, when a table is wanted)."""
-    import pandas as pd
-
+def request_table(columns: dict[str, np.ndarray], class_names: tuple[str, ...],
+                  reject_reasons: tuple[str, ...]) -> dict[str, Column]:
+    """The requests table from RequestLog.columns() as csv_out columns (requests.csv): class,
+    outcome and reject reason as names, a missing user (open-loop traffic) empty."""
     c = columns
     user = c["user"]
-    reasons = np.array(("",) + reject_reasons, dtype=object)
-    return pd.DataFrame({
-        "request_id": c["request_id"],
-        "request_class": pd.Categorical.from_codes(c["class_index"], class_names),
+    return {
+        "request_id": c["request_id"], "request_class": Labels(c["class_index"], class_names),
         "arrival_s": c["arrival_s"], "prompt_tokens": c["prompt_tokens"], "output_tokens": c["output_tokens"],
-        "outcome": pd.Categorical.from_codes(c["outcome"], OUTCOMES),
-        "reject_reason": reasons[c["reject_reason"] + 1],
+        "outcome": Labels(c["outcome"], OUTCOMES), "reject_reason": Labels(c["reject_reason"], reject_reasons),
         "first_scheduled_s": c["first_scheduled_s"], "first_token_s": c["first_token_s"], "finish_s": c["finish_s"],
         "generated_tokens": c["generated_tokens"], "samples": c["samples"], "preemptions": c["preemptions"],
         "recomputed_tokens": c["recomputed_tokens"], "replica": c["replica"],
-        "user": pd.arrays.IntegerArray(np.maximum(user, 0).astype(np.int32), user < 0),
+        "user": MaybeInts(np.maximum(user, 0).astype(np.int32), user < 0),
         "ttft_ms": c["ttft_ms"], "e2el_ms": c["e2el_ms"], "queueing_ms": c["queueing_ms"], "tpot_ms": c["tpot_ms"],
-    }, copy=False)
+    }
+
+
+def request_frame(columns: dict[str, np.ndarray], class_names: tuple[str, ...],
+                  reject_reasons: tuple[str, ...]) -> pd.DataFrame:
+    """request_table() as a DataFrame: class and outcome categorical, the reject reason as text
+    ("" for none), the user a nullable integer."""
+    return as_dataframe(request_table(columns, class_names, reject_reasons), text=REQUEST_TEXT_COLUMNS)
 
 
 class GapLog:

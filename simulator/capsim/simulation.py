@@ -18,18 +18,27 @@ import numpy as np
 from capsim import config as C
 from capsim.catalog import load_hardware, load_model
 from capsim.cost_model import CostModel
+from capsim.csv_out import Column, Labels, as_dataframe, write_table
 from capsim.engine import Engine
 from capsim.engines import EngineProfile, load_engine
 from capsim.errors import CapsimError
 from capsim.formats import NumberFormat, get_format
 from capsim.kv_cache import ContiguousAllocator, PagedAllocator
 from capsim.memory import MemoryBudget, memory_budget
-from capsim.metrics import OUTCOMES, Gaps, per_class, request_frame, summarize
+from capsim.metrics import (
+    BOUND_NAMES,
+    OUTCOMES,
+    REQUEST_TEXT_COLUMNS,
+    Gaps,
+    per_class,
+    request_table,
+    summarize,
+)
 from capsim.replica import Replica, SwapSpace
 from capsim.running import RunningSet
 from capsim.schedulers import SCHEDULERS
 from capsim.speculative import TokenSchedule
-from capsim.step_log import as_frame, step_totals
+from capsim.step_log import step_totals
 from capsim.workload import build_stream
 from capsim.workload_schema import WorkloadConfig
 
@@ -59,34 +68,32 @@ class Setup:
 class RunResult:
     """One run: its summary, one row per request, and the step table (one row per forward pass;
     for runs of more than step_log.LARGE_RUN_STEPS passes one row per macro-step, with a `steps`
-    column). The two tables are built when first used (a run that only reports its summary never
-    imports pandas)."""
+    column). The two tables are built when first used, and `write` writes them from the records'
+    columns: a run that only reports its summary or writes its files never imports pandas."""
 
     setup: Setup
     summary: dict
     gaps: Gaps = field(repr=False)  # inter-token gaps, read in chunks (Gaps.pieces, Gaps.arrays)
-    _build_requests: Callable[[], pd.DataFrame] = field(repr=False)
-    _build_steps: Callable[[], pd.DataFrame] = field(repr=False)
+    _request_table: Callable[[], dict[str, Column]] = field(repr=False)  # csv_out columns
+    _step_table: Callable[[], dict[str, Column]] = field(repr=False)
+    steps_per_row: bool = False  # True when the step table has one row per macro-step (column `steps`)
     _requests: pd.DataFrame | None = field(default=None, repr=False)
     _steps: pd.DataFrame | None = field(default=None, repr=False)
     events: int = 0  # events the engine took (steps or macro-steps, waits, arrival events): its work
 
     @property
     def requests(self) -> pd.DataFrame:
+        """One row per arrived request (metrics.request_frame's table)."""
         if self._requests is None:
-            self._requests = self._build_requests()
+            self._requests = as_dataframe(self._request_table(), text=REQUEST_TEXT_COLUMNS)
         return self._requests
 
     @property
     def steps(self) -> pd.DataFrame:
+        """One row per forward pass (or per macro-step); `bound` as its code into BOUND_NAMES."""
         if self._steps is None:
-            self._steps = self._build_steps()
+            self._steps = as_dataframe(self._step_table(), codes=("bound",))
         return self._steps
-
-    @property
-    def steps_per_row(self) -> bool:
-        """True when the step table has one row per macro-step (column `steps`)."""
-        return "steps" in self.steps.columns
 
     def summary_json(self) -> str:
         return json.dumps(self.summary, indent=2, sort_keys=False, allow_nan=True) + "\n"
@@ -94,23 +101,17 @@ class RunResult:
     def write(self, out_dir: Path) -> list[Path]:
         """summary.json, requests.csv, steps.csv (one row per forward pass, or per macro-step for
         very large runs: then the file starts with a '#' line saying so) under out_dir. The CSVs
-        are what pandas' to_csv writes, by capsim.csv_out's faster writer."""
-        import pandas as pd
-
-        from capsim.csv_out import write_csv
-
+        are the text pandas' to_csv writes for these tables (capsim.csv_out)."""
         out_dir.mkdir(parents=True, exist_ok=True)
         paths = [out_dir / "summary.json", out_dir / "requests.csv", out_dir / "steps.csv"]
         paths[0].write_text(self.summary_json())
         with open(paths[1], "w", newline="") as fh:
-            write_csv(self.requests, fh)
-        steps = self.steps.copy()
-        steps["bound"] = pd.Categorical.from_codes(steps["bound"], ["compute", "memory", "overhead"])
+            write_table(self._request_table(), fh)
         with open(paths[2], "w", newline="") as fh:
             if self.steps_per_row:
                 fh.write("# capsim: one row per macro-step (its last pass's state; duration, tokens, FLOPs and "
                          "bytes summed over the `steps` forward passes it holds)" + os.linesep)
-            write_csv(steps, fh)
+            write_table(self._step_table(), fh)
         return paths
 
 
@@ -285,11 +286,11 @@ def _result(setup: Setup, engine: Engine, end_s: float) -> RunResult:
     log, cm = engine.steps, engine.replicas[0].cost
     if log.large:  # summarise in chunks; the table gets one row per macro-step, when asked for
         totals = log.totals(cm.decode_detail)
-        build_steps = partial(log.segment_frame, cm.decode_detail)
+        step_table = partial(_step_table, partial(log.segment_columns, cm.decode_detail))
     else:
         steps = log.columns(cm.decode_detail)
         totals = step_totals(steps)
-        build_steps = partial(as_frame, steps)
+        step_table = partial(_step_table, partial(dict, steps))
     gaps = engine.gaps.view(log.segment_ends)
     class_names, reasons = engine.stream.class_names, engine.requests.reject_reasons
     summary = summarize(
@@ -305,8 +306,15 @@ def _result(setup: Setup, engine: Engine, end_s: float) -> RunResult:
         summary["kv_reserved_unused"] = 0.0
     summary.update(_feature_stats(setup, engine, totals, requests))
     summary["setup"] = describe(setup)
-    return RunResult(setup, summary, gaps, partial(request_frame, requests, class_names, reasons), build_steps,
-                     events=engine.events)
+    return RunResult(setup, summary, gaps, partial(request_table, requests, class_names, reasons), step_table,
+                     steps_per_row=log.large, events=engine.events)
+
+
+def _step_table(columns: Callable[[], dict[str, np.ndarray]]) -> dict[str, Column]:
+    """The step log's columns with `bound` as names (steps.csv)."""
+    table = columns()
+    table["bound"] = Labels(table["bound"], BOUND_NAMES)
+    return table
 
 
 def _feature_stats(setup: Setup, engine: Engine, totals: dict, requests: dict[str, np.ndarray]) -> dict:

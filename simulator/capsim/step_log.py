@@ -4,8 +4,8 @@ A single step is one row of numbers. A macro-step is one segment: its step end t
 numbers every per-step value follows from (batch, context, blocks, tokens). `columns()` expands
 all rows at once, vectorised, in time order (`frame()`: the same as a DataFrame). A run with more
 than LARGE_RUN_STEPS forward passes is summarised chunk by chunk instead (`totals`), and its steps
-table has one row per macro-step (`segment_frame`, column `steps`), so a million-request run stays
-within memory.
+table has one row per macro-step (`segment_columns`, column `steps`), so a
+million-request run stays within memory.
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ class StepLog:
         """columns() as a DataFrame (the steps table)."""
         return as_frame(self.columns(pricer))
 
-    def segment_frame(self, pricer) -> pd.DataFrame:
+    def segment_columns(self, pricer) -> dict[str, np.ndarray]:
         """One row per single step and one per macro-step (its last step's state; duration,
         tokens, FLOPs and bytes summed; `steps` forward passes in the row)."""
         parts = []
@@ -190,7 +190,7 @@ class StepLog:
             parts.append(self._single_columns() | {"steps": np.ones(len(self._single), dtype=np.int64)})
         for a, b in self._chunks():
             parts.append(_per_segment(self._expand(pricer, a, b), self._seg()["k"][a:b].astype(np.int64)))
-        return as_frame(_ordered(parts, self.COLUMNS + ("steps",), self.DTYPES + (np.int64,)))
+        return _ordered(parts, self.COLUMNS + ("steps",), self.DTYPES + (np.int64,))
 
     def totals(self, pricer) -> dict:
         """The sums the summary needs (step_totals), over every forward pass; large runs in chunks."""
