@@ -11,7 +11,7 @@ ROOT = Path(__file__).parents[1]
 
 
 def capsim(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "capsim", *args], capture_output=True, text=True, cwd=cwd)
+    return subprocess.run([sys.executable, "-m", "capsim", *args], check=False, capture_output=True, text=True, cwd=cwd)
 
 
 def test_run_prints_vllm_block_and_writes_files(tmp_path):
@@ -67,6 +67,14 @@ def test_malformed_workload_names_file_and_field(tmp_path):
                    "requests: 10\nschedular: {kind: chunked}\n")
     p = capsim("run", str(bad))
     assert p.returncode == 2 and str(bad) in p.stderr and "'schedular': unknown key" in p.stderr
+
+
+def test_an_out_folder_that_cannot_be_made_is_one_message_and_exit_2(tmp_path):
+    taken = tmp_path / "a-file"
+    taken.write_text("not a folder")
+    p = capsim("run", "workloads/chat.yaml", "--requests", "20", "--out", str(taken))
+    assert p.returncode == 2 and str(taken) in p.stderr and "--out" in p.stderr
+    assert "Traceback" not in p.stderr + p.stdout
 
 
 def test_catalogue_commands():

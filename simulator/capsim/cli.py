@@ -460,6 +460,13 @@ def main() -> None:
     except typer.Abort:
         err.print("aborted")
         raise SystemExit(130) from None
+    except OSError as exc:  # e.g. an --out folder that cannot be made or written; a full disk
+        if isinstance(exc, BrokenPipeError):  # output piped into a reader that stopped (| head)
+            raise SystemExit(1) from None
+        where = f"{exc.filename}: " if exc.filename else ""
+        err.print(f"[bold red]error:[/] {where}cannot write or read here ({exc.strerror or exc}); give an "
+                  "--out folder that can be created and written.", highlight=False, soft_wrap=True)
+        raise SystemExit(2) from None
     except SystemExit:
         raise
     except Exception as exc:
