@@ -75,7 +75,8 @@ def test_rows_are_written_in_chunks_with_the_same_text(monkeypatch):
     pd.DataFrame({"a": [{"x": 1}, None]}),                            # objects
     pd.DataFrame([[1, 2]], columns=["a", "a"]),                        # duplicate names
     pd.DataFrame({"a": pd.to_datetime(["2026-01-01"])}),               # datetimes
-], ids=["float32", "object", "duplicate-columns", "datetime"])
+    pd.DataFrame(),                                                    # no columns at all
+], ids=["float32", "object", "duplicate-columns", "datetime", "no-columns"])
 def test_other_frames_are_written_by_pandas(frame):
     expected, got = _both(frame)
     assert got == expected

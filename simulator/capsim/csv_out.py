@@ -98,7 +98,7 @@ def as_dataframe(columns: Mapping[str, Column], text: tuple[str, ...] = (),
 def write_csv(frame: pd.DataFrame, fh: TextIO) -> None:
     """Write `frame` to the open text file as `frame.to_csv(fh, index=False)` would."""
     columns = {name: _from_series(frame[name]) for name in frame.columns} if frame.columns.is_unique else None
-    if columns is None or any(col is None for col in columns.values()):
+    if not columns or any(col is None for col in columns.values()):  # (pandas writes '""' without columns)
         frame.to_csv(fh, index=False)
         return
     write_table(columns, fh)
