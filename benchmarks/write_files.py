@@ -30,11 +30,12 @@ def main(argv=None) -> int:
         return 1
 
     import pandas as pd
+    from capsim.metrics import BOUND_NAMES
     from capsim.simulation import simulate
 
     result = simulate(path)
     steps = result.steps.copy()
-    steps["bound"] = pd.Categorical.from_codes(steps["bound"], ["compute", "memory", "overhead"])
+    steps["bound"] = pd.Categorical.from_codes(steps["bound"], BOUND_NAMES)
     requests = result.requests
 
     def with_pandas(out: Path) -> None:

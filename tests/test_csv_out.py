@@ -1,6 +1,6 @@
-"""csv_out writes exactly what pandas' to_csv(index=False) writes: write_csv for DataFrames of every
-dtype the records use (pandas for the rest), write_table for the records' own columns (labels, nullable
-integers), whose DataFrame is as_dataframe."""
+"""csv_out.write_table writes exactly what pandas' to_csv(index=False) writes for the same table
+(as_dataframe), for every kind of column the records keep: floats, integers of every width, booleans,
+labels and nullable integers."""
 
 from __future__ import annotations
 
@@ -9,15 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pytest
 from capsim import csv_out
-from capsim.csv_out import Labels, MaybeInts, as_dataframe, write_csv, write_table
+from capsim.csv_out import Labels, MaybeInts, as_dataframe, write_table
+from capsim.metrics import BOUND_NAMES
 
 
-def _both(frame: pd.DataFrame) -> tuple[str, str]:
+def _both(table: dict, **as_frame) -> tuple[str, str]:
+    """(pandas' text of the table's DataFrame, write_table's text)."""
     expected, got = io.StringIO(), io.StringIO()
-    frame.to_csv(expected, index=False)
-    write_csv(frame, got)
+    as_dataframe(table, **as_frame).to_csv(expected, index=False)
+    write_table(table, got)
     return expected.getvalue(), got.getvalue()
 
 
@@ -32,83 +33,61 @@ def _floats() -> np.ndarray:
 
 def test_floats_match_pandas_to_the_last_digit():
     values = _floats()
-    expected, got = _both(pd.DataFrame({"x": values, "y": values[::-1] * 1e-9}))
+    expected, got = _both({"x": values, "y": values[::-1] * 1e-9})
     assert got == expected
 
 
 def test_integers_bools_and_narrow_and_wide_ranges_match():
     n = 3000
-    frame = pd.DataFrame({
+    table = {
         "small": np.arange(n, dtype=np.int16) % 7, "negative": np.arange(n, dtype=np.int32) - 1500,
         "wide": np.arange(n, dtype=np.int64) * 7_919_000_003, "unsigned": np.arange(n, dtype=np.uint8),
         "flag": np.arange(n) % 3 == 0, "empty_range": np.zeros(n, dtype=np.int8),
         "top_of_uint64": np.arange(n, dtype=np.uint64) + np.uint64(2**64 - n),
         "bottom_of_int64": np.arange(n, dtype=np.int64) + np.iinfo(np.int64).min,
-    })
-    expected, got = _both(frame)
+    }
+    expected, got = _both(table)
     assert got == expected
 
 
-def test_missing_values_categories_strings_and_quoting_match():
-    frame = pd.DataFrame({
-        "cls": pd.Categorical(["a", "b,c", None, 'say "hi"', "a"]),
-        "reason": pd.array([None, "exceeds_kv_capacity", "two\nlines", "", None], dtype="string"),
-        "user": pd.array([1, None, 3, None, 5], dtype="Int32"),
-        "ok": pd.array([True, None, False, True, None], dtype="boolean"),
-        "t": [0.5, np.nan, 2.0, np.nan, -0.0],
-    })
-    expected, got = _both(frame)
-    assert got == expected
-    assert '"b,c"' in got and '"say ""hi"""' in got and '"two\nlines"' in got
-
-
-def test_rows_are_written_in_chunks_with_the_same_text(monkeypatch):
-    monkeypatch.setattr(csv_out, "ROWS_PER_CHUNK", 7)
-    frame = pd.DataFrame({"i": np.arange(50), "x": np.linspace(0, 1, 50),
-                          "c": pd.Categorical(["p", "q"] * 25)})
-    expected, got = _both(frame)
-    assert got == expected
-
-
-@pytest.mark.parametrize("frame", [
-    pd.DataFrame({"a": np.array([0.1, 0.2], dtype=np.float32)}),   # float32 prints its own shortest form
-    pd.DataFrame({"a": [{"x": 1}, None]}),                            # objects
-    pd.DataFrame([[1, 2]], columns=["a", "a"]),                        # duplicate names
-    pd.DataFrame({"a": pd.to_datetime(["2026-01-01"])}),               # datetimes
-    pd.DataFrame(),                                                    # no columns at all
-], ids=["float32", "object", "duplicate-columns", "datetime", "no-columns"])
-def test_other_frames_are_written_by_pandas(frame):
-    expected, got = _both(frame)
-    assert got == expected
-
-
-def test_empty_frames_match():
-    for frame in (pd.DataFrame({"a": np.array([], dtype=np.int64), "b": np.array([], dtype=float)}),
-                  pd.DataFrame({"a": pd.Categorical([])})):
-        expected, got = _both(frame)
-        assert got == expected
-
-
-def test_labels_and_maybe_ints_write_what_their_dataframe_writes():
-    table = {
+def _labelled() -> dict:
+    return {
         "id": np.arange(6, dtype=np.int64),
         "cls": Labels(np.array([0, 1, -1, 2, 0, 1], dtype=np.int16), ["a", "b,c", 'say "hi"']),
         "reason": Labels(np.array([-1, 0, -1, 1, -1, -1]), ["too_long", "two\nlines"]),
         "user": MaybeInts(np.array([3, 0, 7, 0, 1, 2], dtype=np.int32), np.array([0, 1, 0, 1, 0, 0], dtype=bool)),
-        "bound": Labels(np.array([0, 1, 2, 1, 0, 2], dtype=np.int8), ["compute", "memory", "overhead"]),
         "t": np.array([0.5, np.nan, 2.0, 1e-7, -0.0, 3e20]),
     }
-    for text, codes in (((), ()), (("reason",), ("bound",))):
-        expected = io.StringIO()
-        frame = as_dataframe(table, text=text, codes=codes)
-        if codes:  # a column kept as codes in the DataFrame is written as its names
-            frame["bound"] = pd.Categorical.from_codes(frame["bound"], table["bound"].names)
-        frame.to_csv(expected, index=False)
-        got = io.StringIO()
-        write_table(table, got)
-        assert got.getvalue() == expected.getvalue()
-    assert as_dataframe(table, text=("reason",))["reason"].tolist() == ["", "too_long", "", "two\nlines", "", ""]
-    assert as_dataframe(table)["user"].isna().tolist() == [False, True, False, True, False, False]
+
+
+def test_labels_missing_values_and_quoting_match():
+    for as_frame in ({}, {"text": ("reason",)}):  # categorical, or plain text with "" for missing
+        expected, got = _both(_labelled(), **as_frame)
+        assert got == expected
+    assert '"b,c"' in got and '"say ""hi"""' in got and '"two\nlines"' in got
+
+
+def test_as_dataframe_keeps_text_codes_and_missing_values():
+    table = _labelled() | {"bound": Labels(np.array([0, 1, 2, 1, 0, 2], dtype=np.int8), BOUND_NAMES)}
+    frame = as_dataframe(table, text=("reason",), codes=("bound",))
+    assert frame["reason"].tolist() == ["", "too_long", "", "two\nlines", "", ""]
+    assert frame["bound"].tolist() == [0, 1, 2, 1, 0, 2]
+    assert isinstance(frame["cls"].dtype, pd.CategoricalDtype) and frame["cls"].isna().tolist()[2]
+    assert frame["user"].isna().tolist() == [False, True, False, True, False, False]
+
+
+def test_rows_are_written_in_chunks_with_the_same_text(monkeypatch):
+    monkeypatch.setattr(csv_out, "ROWS_PER_CHUNK", 7)
+    table = {"i": np.arange(50), "x": np.linspace(0, 1, 50), "c": Labels(np.arange(50) % 2, ["p", "q"])}
+    expected, got = _both(table)
+    assert got == expected
+
+
+def test_empty_tables_match():
+    for table in ({"a": np.array([], dtype=np.int64), "b": np.array([], dtype=float)},
+                  {"a": Labels(np.array([], dtype=np.int8), ["x"])}):
+        expected, got = _both(table)
+        assert got == expected
 
 
 def test_a_runs_files_are_what_pandas_writes_for_its_tables(tmp_path):
@@ -117,7 +96,7 @@ def test_a_runs_files_are_what_pandas_writes_for_its_tables(tmp_path):
     result = simulate(Path(__file__).resolve().parents[1] / "workloads" / "chat.yaml", requests=300)
     _, requests_csv, steps_csv = result.write(tmp_path)
     steps = result.steps.copy()
-    steps["bound"] = pd.Categorical.from_codes(steps["bound"], ["compute", "memory", "overhead"])
+    steps["bound"] = pd.Categorical.from_codes(steps["bound"], BOUND_NAMES)
     for frame, path in ((result.requests, requests_csv), (steps, steps_csv)):
         expected = io.StringIO()
         frame.to_csv(expected, index=False)

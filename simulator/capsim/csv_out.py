@@ -10,9 +10,8 @@ bounded on million-row tables.
 `write_table` takes the columns as the records keep them: numpy arrays (floats with NaN written
 empty, integers, booleans as True/False), `Labels` (codes into names, -1 empty: what a pandas
 categorical writes) and `MaybeInts` (integers with missing ones empty: pandas' nullable Int).
-`as_dataframe` turns such a table into the DataFrame whose to_csv text that is, and `write_csv`
-writes a DataFrame the same way, falling back to pandas for dtypes outside these. A
-field is quoted (its quotes doubled) only when it holds a comma, a quote or a line break.
+`as_dataframe` turns such a table into the DataFrame whose to_csv text that is. A field is quoted
+(its quotes doubled) only when it holds a comma, a quote or a line break.
 """
 
 from __future__ import annotations
@@ -93,38 +92,6 @@ def as_dataframe(columns: Mapping[str, Column], text: tuple[str, ...] = (),
             col = pd.arrays.IntegerArray(col.values, col.missing)
         frame[name] = col
     return pd.DataFrame(frame, copy=False)
-
-
-def write_csv(frame: pd.DataFrame, fh: TextIO) -> None:
-    """Write `frame` to the open text file as `frame.to_csv(fh, index=False)` would."""
-    columns = {name: _from_series(frame[name]) for name in frame.columns} if frame.columns.is_unique else None
-    if not columns or any(col is None for col in columns.values()):  # (pandas writes '""' without columns)
-        frame.to_csv(fh, index=False)
-        return
-    write_table(columns, fh)
-
-
-def _from_series(col: pd.Series) -> Column | None:
-    """The series as one of write_table's columns, or None for a dtype it does not write."""
-    import pandas as pd
-
-    dtype = col.dtype
-    if isinstance(dtype, pd.CategoricalDtype):
-        if dtype.categories.dtype.kind not in "OTU":
-            return None
-        return Labels(col.cat.codes.to_numpy(), [str(c) for c in dtype.categories])
-    if isinstance(dtype, pd.StringDtype):
-        codes, names = pd.factorize(col, use_na_sentinel=True)
-        return Labels(codes, [str(n) for n in names])
-    if pd.api.types.is_extension_array_dtype(dtype):
-        if dtype.kind not in "iub":  # nullable Int/UInt/boolean
-            return None
-        missing = col.isna().to_numpy()
-        values = col.to_numpy(dtype=object, na_value=0)
-        return MaybeInts(np.array(values.tolist(), dtype=bool if dtype.kind == "b" else np.int64), missing)
-    if dtype.kind in "iub" or (dtype.kind == "f" and dtype.itemsize == 8):
-        return col.to_numpy()
-    return None
 
 
 def _fields(col: Column) -> list[str]:
