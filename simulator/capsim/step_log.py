@@ -4,8 +4,8 @@ A single step is one row of numbers. A macro-step is one segment: its step end t
 numbers every per-step value follows from (batch, context, blocks, tokens). `columns()` expands
 all rows at once, vectorised, in time order (`frame()`: the same as a DataFrame). A run with more
 than LARGE_RUN_STEPS forward passes is summarised chunk by chunk instead (`totals`), and its steps
-table has one row per macro-step (`segment_columns`, column `steps`), so a
-million-request run stays within memory.
+table has one row per macro-step (`segment_columns`, column `steps`), so a million-request run stays
+within memory.
 """
 
 from __future__ import annotations
@@ -126,8 +126,8 @@ class StepLog:
             kv_used_units, kv_held_tokens, kv_stored_tokens, waiting, preempted, kv_shared_units) -> None:
         """One step, the values in COLUMNS order."""
         self._single.add((end_s, duration_s, flops, bytes_),
-                               (replica, num_seqs, slots, prefill_tokens, decode_tokens, bound, kv_used_units,
-                                kv_held_tokens, kv_stored_tokens, waiting, preempted, kv_shared_units))
+                         (replica, num_seqs, slots, prefill_tokens, decode_tokens, bound, kv_used_units,
+                          kv_held_tokens, kv_stored_tokens, waiting, preempted, kv_shared_units))
         self.rows += 1
 
     def add_segment(self, ends, start_s: float, replica: int, num_seqs: int, slots: int, used0: int,
@@ -152,8 +152,8 @@ class StepLog:
         elif waiting_last is None:
             waiting_last = waiting
         self._segments.add((start_s,), (k, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0,
-                                              ctx_sliding0, below_window, shared, step0, state_units, waiting_last,
-                                              cut_last))
+                                         ctx_sliding0, below_window, shared, step0, state_units, waiting_last,
+                                         cut_last))
         self._residues.add(residues or self._no_residues)
         self.rows += k
 
