@@ -107,3 +107,23 @@ def test_calibrate_on_cpu_then_run_with_the_profile(tmp_path):
 def test_unknown_option_is_a_usage_error_not_a_traceback():
     p = capsim("run", "workloads/chat.yaml", "--bogus")
     assert p.returncode == 2 and "No such option" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_run_draws_a_progress_bar_on_a_terminal_only(monkeypatch):
+    import io
+
+    import capsim.cli
+    import capsim.engine
+    from rich.console import Console
+    from typer.testing import CliRunner
+
+    monkeypatch.setattr(capsim.engine, "PROGRESS_EVERY", 8)
+    screen = io.StringIO()
+    monkeypatch.setattr(capsim.cli, "err", Console(file=screen, force_terminal=True, width=100))
+    result = CliRunner().invoke(capsim.cli.app, ["run", str(ROOT / "workloads/chat.yaml"), "--requests", "200"])
+    assert result.exit_code == 0 and "Successful requests:" in result.output
+    assert "chat.yaml, requests finished" in screen.getvalue() and "/200" in screen.getvalue()
+    screen.seek(0), screen.truncate()
+    monkeypatch.setattr(capsim.cli, "err", Console(file=screen, force_terminal=False))
+    assert CliRunner().invoke(capsim.cli.app, ["run", str(ROOT / "workloads/chat.yaml"), "--requests", "200"]).exit_code == 0
+    assert screen.getvalue() == ""  # not a terminal: no bar

@@ -208,3 +208,21 @@ def test_chunked_prefill_protects_chatters_from_a_100k_prompt(tmp_path):
     assert chunked["completed"] == continuous["completed"] == 41
     assert chunked["p99_itl_ms"] * 5 < continuous["p99_itl_ms"]
     assert continuous["p99_itl_ms"] > 1000  # the whole prefill, seen as one gap
+
+
+def test_progress_reports_finished_requests_and_changes_nothing(round_gpu_file, monkeypatch):
+    import capsim.engine
+
+    monkeypatch.setattr(capsim.engine, "PROGRESS_EVERY", 7)
+    w = workload(round_gpu_file, requests=300)
+    calls = []
+    with_progress = simulate(w, progress=lambda done, total: calls.append((done, total)))
+    assert len(calls) >= 10 and {total for _, total in calls} == {300}
+    finished = [done for done, _ in calls]
+    assert finished == sorted(finished) and 0 <= finished[0] and finished[-1] <= 300 and finished[-1] > finished[0]
+    assert with_progress.summary_json() == simulate(w).summary_json()
+    closed = workload(round_gpu_file, arrivals={"kind": "closed_loop", "users": 4, "think_time_s": 0.01},
+                      requests=None, duration_s=5.0)
+    calls.clear()
+    simulate(closed, progress=lambda done, total: calls.append((done, total)))
+    assert calls and {total for _, total in calls} == {None}

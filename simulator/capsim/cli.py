@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from enum import Enum
@@ -80,7 +81,8 @@ def run(
     workers: WorkersOpt = None,
     dask_scheduler: DaskOpt = None,
 ) -> None:
-    """Simulate a workload on a GPU and print vLLM's benchmark result block plus capsim's lines."""
+    """Simulate a workload on a GPU and print vLLM's benchmark result block plus capsim's lines.
+    On a terminal, a progress bar of requests finished is drawn on stderr meanwhile."""
     from capsim.console import result_block
     from capsim.simulation import simulate
 
@@ -91,7 +93,8 @@ def run(
                      engine=engine, tp=tp)
     if seeds is not None:
         return _run_seeds(workload, seeds, overrides, workers, dask_scheduler, out_dir, plots, as_json, step_by_step)
-    result = simulate(workload, macro_steps=not step_by_step, **overrides)
+    with _run_progress(workload) as tick:
+        result = simulate(workload, macro_steps=not step_by_step, progress=tick, **overrides)
     if as_json:
         sys.stdout.write(result.summary_json())
     else:
@@ -374,6 +377,16 @@ def _progress(label: str):
     from capsim.views import progress
 
     return progress(err, label)
+
+
+def _run_progress(workload: Path):
+    """`capsim run`'s bar of requests finished, on a terminal only (elsewhere nothing is drawn
+    and the engine is not called back)."""
+    if not err.is_terminal:
+        return contextlib.nullcontext()
+    from capsim.views import progress
+
+    return progress(err, f"{workload.name}, requests finished", auto_refresh=False)
 
 
 @app.command()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from heapq import heappush
 
 import numpy as np
@@ -33,6 +34,7 @@ from capsim.step_log import StepLog
 from capsim.workload import ClosedLoopStream, OpenLoopStream
 
 _LATE = 2  # step ends fire after same-time arrivals (SimPy's NORMAL is 1)
+PROGRESS_EVERY = 4096  # step-loop iterations between two progress reports (a few per second)
 
 
 class _Environment(simpy.Environment):
@@ -64,10 +66,16 @@ class Engine:
     ROUTERS = ("round_robin", "least_outstanding", "least_kv")
 
     def __init__(self, replicas: list[Replica], stream: OpenLoopStream | ClosedLoopStream,
-                 horizon_s: float | None = None, macro_steps: bool = True, router: str = "round_robin") -> None:
+                 horizon_s: float | None = None, macro_steps: bool = True, router: str = "round_robin",
+                 progress: Callable[[int, int | None], None] | None = None) -> None:
         self.env = _Environment()
         self.replicas, self.stream, self.horizon_s, self.macro_steps = replicas, stream, horizon_s, macro_steps
         self.router = router
+        # progress(requests finished, requests in the workload or None) every PROGRESS_EVERY
+        # iterations of the step loops (capsim run's progress bar); it only reads.
+        self.progress = progress
+        self._loops = 0
+        self.total_requests = stream.max_requests if isinstance(stream, ClosedLoopStream) else len(stream)
         self.requests = RequestLog(REJECT_REASONS, stream.class_names)
         self.outcomes = Outcomes(self.requests)
         self.num_classes = len(stream.class_names)
@@ -237,6 +245,10 @@ class Engine:
     def _replica_loop(self, rep: Replica):
         env = self.env
         while True:
+            if self.progress is not None:
+                self._loops += 1
+                if not self._loops % PROGRESS_EVERY:
+                    self.progress(len(self.requests), self.total_requests)
             if self.closed_loop:  # let same-time sends (think time 0) arrive before planning
                 yield _At(env, env.now, _LATE)
             if not rep.waiting and not rep.running:

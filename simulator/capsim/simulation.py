@@ -264,9 +264,12 @@ def build_replica(setup: Setup, index: int = 0, num_classes: int = 1) -> Replica
     return Replica(index, scheduler, kv, cost, running, swap=swap)
 
 
-def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True, **overrides) -> RunResult:
+def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
+             progress: Callable[[int, int | None], None] | None = None, **overrides) -> RunResult:
     """Run one simulation. `workload` is a config object or a YAML path; keyword overrides are
-    the CLI's (gpu, model, kv_cache, scheduler, allocator, rate, requests, seed, ...)."""
+    the CLI's (gpu, model, kv_cache, scheduler, allocator, rate, requests, seed, ...).
+    `progress(finished, total)` is called now and then during the run (total: the workload's
+    request count, None when a closed loop has none)."""
     if isinstance(workload, (str, Path)):
         source, base_dir = str(workload), Path(workload).parent
         w = load_workload(workload)
@@ -276,7 +279,8 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
     setup = resolve(w, source, base_dir)
     stream = build_stream(w, base_dir)
     replicas = [build_replica(setup, i, num_classes=len(stream.class_names)) for i in range(w.replicas)]
-    engine = Engine(replicas, stream, horizon_s=w.horizon_s, macro_steps=macro_steps, router=w.router)
+    engine = Engine(replicas, stream, horizon_s=w.horizon_s, macro_steps=macro_steps, router=w.router,
+                    progress=progress)
     end_s = engine.run()
     return _result(setup, engine, end_s)
 
