@@ -127,3 +127,16 @@ def test_run_draws_a_progress_bar_on_a_terminal_only(monkeypatch):
     monkeypatch.setattr(capsim.cli, "err", Console(file=screen, force_terminal=False))
     assert CliRunner().invoke(capsim.cli.app, ["run", str(ROOT / "workloads/chat.yaml"), "--requests", "200"]).exit_code == 0
     assert screen.getvalue() == ""  # not a terminal: no bar
+
+
+def test_ctrl_c_during_a_run_exits_130_with_one_line():
+    import signal
+    import time
+
+    p = subprocess.Popen([sys.executable, "-m", "capsim", "run", "workloads/bench-1m.yaml", "--requests", "300000"],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a shell's foreground job
+    time.sleep(3)  # well into the simulation (a minute long)
+    p.send_signal(signal.SIGINT)
+    out, errors = p.communicate(timeout=60)
+    assert p.returncode == 130 and errors.strip() == "interrupted" and out == ""

@@ -466,7 +466,10 @@ def engines(fmt: FormatOpt = TableFormat.table) -> None:
 def main() -> None:
     """Entry point: user errors print one paragraph and exit 2, never a traceback."""
     try:
-        app(standalone_mode=False)
+        # Not standalone, Typer returns an Exit's code instead of exiting, Ctrl-C included (130).
+        code = app(standalone_mode=False)
+    except KeyboardInterrupt:
+        code = 130
     except CapsimError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise SystemExit(2) from None
@@ -490,3 +493,7 @@ def main() -> None:
         if type(exc).__name__ == "Exit":
             raise SystemExit(getattr(exc, "exit_code", 0)) from None
         raise
+    if code == 130:
+        err.print("interrupted")
+    if isinstance(code, int) and code:  # the commands themselves return None
+        raise SystemExit(code)
