@@ -288,8 +288,8 @@ def _per_step_gain(gained: np.ndarray, j: np.ndarray) -> np.ndarray:
 
 def _ordered(parts: list[dict], columns: tuple, dtypes: tuple) -> dict[str, np.ndarray]:
     """The parts' rows as one table in time order (replica breaks ties). Built a column at a
-    time, each part's copy of a column let go once it is joined: a million-request run's table
-    never exists three times over."""
+    time, each part's copy of a column popped once it is joined (the parts end up empty), so a
+    million-request run's table never exists three times over."""
     if not parts:
         return {name: np.zeros(0, dtype=dt) for name, dt in zip(columns, dtypes)}
     order = np.lexsort((np.concatenate([p["replica"] for p in parts]), np.concatenate([p["end_s"] for p in parts])))
