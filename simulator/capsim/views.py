@@ -223,9 +223,10 @@ def progress(console, label: str, auto_refresh: bool = True):
     """A transient progress bar (drawn only on a terminal); yields progress(done, total).
     auto_refresh=False: no drawing thread; the bar is redrawn at each progress call (for a
     simulation in this process, which a thread would only slow)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
-    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
-                  transient=True, auto_refresh=auto_refresh) as bar:
+    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
+                  TimeRemainingColumn(), console=console, transient=True, auto_refresh=auto_refresh) as bar:
         task = bar.add_task(label, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total, refresh=not auto_refresh)
