@@ -137,13 +137,18 @@ def scaling_tables(by: dict[str, Measured], md: bool) -> str:
 def macro_table(by: dict[str, Measured], md: bool) -> str:
     sbs = by["sbs"]
     macro = by["1k"] if sbs.case.overrides["requests"] == 1000 else by["10k"]
-    same = sbs.first("digest") is not None and sbs.first("digest") == macro.first("digest")
+    digests = (macro.first("digest"), sbs.first("digest"))
+    if None in digests:  # a case not run (--only, --quick) or failed: nothing to compare
+        verdict = "results not compared (one of the two cases was not run or failed)"
+    else:
+        same = "identical" if digests[0] == digests[1] else "NOT IDENTICAL"
+        verdict = f"results {same} (summary, requests and steps fingerprint)"
     rows = [["macro-steps", num(macro.med("sim_s"), 3), num(macro.first("events"), 0), macro.first("digest") or "—"],
             ["step by step", num(sbs.med("sim_s"), 3, sbs.timed_out()), num(sbs.first("events"), 0),
              sbs.first("digest") or "—"]]
     return (f"What macro-steps buy (bench-10k, {sbs.case.overrides['requests']:,} requests, "
             f"{num(sbs.first('steps'), 0)} steps): {ratio(sbs.med('sim_s'), macro.med('sim_s'))} faster; "
-            f"results {'identical' if same else 'NOT IDENTICAL'} (summary, requests and steps fingerprint)\n\n"
+            f"{verdict}\n\n"
             + table(["engine", "sim s", "events", "results fingerprint"], rows, md))
 
 
