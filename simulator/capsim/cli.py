@@ -373,10 +373,10 @@ def _wrote(paths: list[Path]) -> None:
     err.print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
 
 
-def _progress(label: str):
+def _progress(label: str, auto_refresh: bool = True):
     from capsim.views import progress
 
-    return progress(err, label)
+    return progress(err, label, auto_refresh=auto_refresh)
 
 
 def _run_progress(workload: Path):
@@ -384,9 +384,7 @@ def _run_progress(workload: Path):
     and the engine is not called back)."""
     if not err.is_terminal:
         return contextlib.nullcontext()
-    from capsim.views import progress
-
-    return progress(err, f"{workload.name}, requests finished", auto_refresh=False)
+    return _progress(f"{workload.name}, requests finished", auto_refresh=False)
 
 
 @app.command()
