@@ -78,7 +78,7 @@ class DocumentAssumptions:
 class DecodeSteps:
     """k consecutive pure-decode steps, one entry per step (numpy arrays, or lists for a few)."""
 
-    seconds: np.ndarray | list
+    seconds: np.ndarray | list | None  # None where only FLOPs, bytes and bound are wanted
     flops: np.ndarray | list
     bytes: np.ndarray | list
     bound: np.ndarray | list  # index into BOUNDS
@@ -216,7 +216,7 @@ class CostModel:
 
     # ---------------------------------------------------------------- attention part
 
-    def attention_part(self, ctx_full, ctx_sliding, pairs_full, pairs_sliding, num_tokens: int, num_seqs=0):
+    def attention_part(self, ctx_full, ctx_sliding, pairs_full, pairs_sliding, num_tokens, num_seqs=0):
         """(compute_s, memory_s, flops, bytes) of attention; inputs may be floats or numpy arrays.
 
         ctx_*: context positions read from the cache, summed over sequences; pairs_*: (new token,
@@ -293,6 +293,7 @@ class CostModel:
         cached = self._decode_cache.get(n)
         if cached is not None:
             return cached
+        coefs: tuple[float, ...]
         if self.mode == "unit":
             coefs = (0.0, 0.0, self.unit_step_s, 0.0, 0.0, self.unit_step_s, 0.0, 0.0, 0.0, 0.0)
         else:

@@ -16,13 +16,14 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
-from heapq import heappush
+from typing import cast
 
 import numpy as np
 import simpy
 from simpy.events import Event
 
 from capsim.arrivals import open_loop, open_loop_request, user
+from capsim.clock import At, Environment
 from capsim.cost_model import BOUNDS
 from capsim.metrics import GapLog, RequestLog
 from capsim.outcomes import Outcomes
@@ -37,38 +38,13 @@ _LATE = 2  # step ends fire after same-time arrivals (SimPy's NORMAL is 1)
 PROGRESS_EVERY = 4096  # step-loop iterations between two progress reports (a few per second)
 
 
-class _Environment(simpy.Environment):
-    """SimPy's environment, able to schedule at an absolute time.
-
-    SimPy schedules at now + delay, and a float sum cannot reach every float: a macro-step
-    summed once and k steps summed one by one must end on the same bits, so step ends are
-    pushed at their absolute time. (This uses the queue layout of simpy.Environment.schedule,
-    unchanged since SimPy 3: (time, priority, event id, event).)"""
-
-    def schedule_at(self, event: Event, priority: int, when: float) -> None:
-        heappush(self._queue, (max(when, self._now), priority, next(self._eid), event))
-
-    def advance_to(self, when: float) -> None:
-        """Move the clock with no event queued (Engine._run_alone: the only process waits)."""
-        self._now = max(when, self._now)
-
-
-class _At(Event):
-    """An event at an exact absolute time."""
-
-    def __init__(self, env: _Environment, when: float, priority: int) -> None:
-        super().__init__(env)
-        self._ok, self._value = True, None  # as simpy.Timeout does
-        env.schedule_at(self, priority, when)
-
-
 class Engine:
     ROUTERS = ("round_robin", "least_outstanding", "least_kv")
 
     def __init__(self, replicas: list[Replica], stream: OpenLoopStream | ClosedLoopStream,
                  horizon_s: float | None = None, macro_steps: bool = True, router: str = "round_robin",
                  progress: Callable[[int, int | None], None] | None = None) -> None:
-        self.env = _Environment()
+        self.env = Environment()
         self.replicas, self.stream, self.horizon_s, self.macro_steps = replicas, stream, horizon_s, macro_steps
         self.router = router
         # progress(requests finished, requests in the workload or None) every PROGRESS_EVERY
@@ -98,7 +74,7 @@ class Engine:
         # step loop reads the queue, so it takes the arrivals due whenever it looks (_pull) instead
         # of each arriving through its own event. Step-by-step runs keep one event per arrival.
         self.pull = macro_steps and not self.closed_loop and len(replicas) == 1
-        self._arrival_list = stream.arrival_s.tolist() if self.pull else []
+        self._arrival_list: list[float] = cast(OpenLoopStream, stream).arrival_s.tolist() if self.pull else []
         self._due = self._arrival_list[0] if self._arrival_list else math.inf  # next arrival to pull
         if self.pull and not self._arrival_list:
             self._arrivals_done = True
@@ -109,11 +85,12 @@ class Engine:
         """Simulate until every request is done (or the horizon); returns the end time."""
         env = self.env
         if self.closed_loop:
-            self._users_left = self.stream.users
-            for u in range(self.stream.users):
-                env.process(user(self, self.stream, u))
+            users = cast(ClosedLoopStream, self.stream)
+            self._users_left = users.users
+            for u in range(users.users):
+                env.process(user(self, users, u))
         elif not self.pull:
-            env.process(open_loop(self, self.stream))
+            env.process(open_loop(self, cast(OpenLoopStream, self.stream)))
         if self.pull:
             self._run_alone(self.replicas[0])
         else:
@@ -143,14 +120,14 @@ class Engine:
     def _wait(self, when: float, priority: int = _LATE):
         """What the step loop yields to wait until `when`: an event for SimPy, or in pull mode
         the time itself (see _run_alone)."""
-        return when if self.pull else _At(self.env, when, priority)
+        return when if self.pull else At(self.env, when, priority)
 
     def next_arrival_s(self) -> float:
         if self.pull:
             return self._due
         if self.closed_loop:
             return min(self._pending_sends.values(), default=math.inf)
-        times = self.stream.arrival_s
+        times = cast(OpenLoopStream, self.stream).arrival_s
         return float(times[self.next_index]) if self.next_index < len(times) else math.inf
 
     @property
@@ -171,10 +148,15 @@ class Engine:
         """An event at `when` (for arrivals and users: they fire before same-time step ends).
         A user's pending send time is known to the macro-step logic until it fires."""
         if user is None:
-            return _At(self.env, when, 1)
+            return At(self.env, when, 1)
         self._pending_sends[user] = when
-        event = _At(self.env, when, 1)
-        event.callbacks.append(lambda _: self._pending_sends.pop(user, None))
+        event = At(self.env, when, 1)
+        sends = self._pending_sends
+
+        def sent(_: Event) -> None:
+            sends.pop(user, None)
+
+        event.callbacks.append(sent)
         return event
 
     def event(self, rid: int) -> Event:
@@ -202,8 +184,9 @@ class Engine:
         i, times = self.next_index, self._arrival_list
         last = bisect_right(times, now, lo=i)
         waiting = self.replicas[0].waiting
+        stream = cast(OpenLoopStream, self.stream)
         for j in range(i, last):
-            req = open_loop_request(self.stream, j)
+            req = open_loop_request(stream, j)
             req.replica = 0
             waiting.append(req)
         self.arrived += last - i
@@ -250,7 +233,7 @@ class Engine:
                 if not self._loops % PROGRESS_EVERY:
                     self.progress(len(self.requests), self.total_requests)
             if self.closed_loop:  # let same-time sends (think time 0) arrive before planning
-                yield _At(env, env.now, _LATE)
+                yield At(env, env.now, _LATE)
             if not rep.waiting and not rep.running:
                 if self._arrivals_done:
                     return
@@ -312,6 +295,7 @@ class Engine:
         now, running, kv = self.env.now, rep.running, rep.kv
         cost = rep.cost.step_cost(plan, running)
         if rep.swap_bytes_this_step:  # the copies over PCIe hold up this step
+            assert rep.swap is not None  # only swapping replicas copy over PCIe
             cost = rep.cost.with_overhead(cost, rep.swap_bytes_this_step / rep.swap.link_bytes_per_s)
             rep.swap_bytes_this_step = 0.0
         if plan.num_decodes:
@@ -383,7 +367,7 @@ class Engine:
         end = float(ends[-1])
         # The queue length each step ends with: arrivals land only in the last step when the
         # macro-step stopped for them (read after the wait); elsewhere they are counted per step.
-        waiting = len(rep.waiting)
+        waiting: int | np.ndarray = len(rep.waiting)
         if k > 1 and self.next_arrival_s() <= ends[-2]:
             waiting = waiting + self._arrivals_by(np.asarray(ends))
         step0, gained = running.steps, running.tokens_ahead(k)
@@ -407,7 +391,7 @@ class Engine:
         if self.closed_loop:
             sends = np.sort(np.fromiter(self._pending_sends.values(), np.float64))
             return np.searchsorted(sends, ends, side="right")
-        return np.searchsorted(self.stream.arrival_s, ends, side="right") - self.next_index
+        return np.searchsorted(cast(OpenLoopStream, self.stream).arrival_s, ends, side="right") - self.next_index
 
     def _cap_steps(self, ends, plan: StepPlan) -> int:
         """How many of the planned steps may run: stop at the first step ending at or after the
@@ -451,6 +435,7 @@ class Engine:
             elif req.last_token_s == start:
                 group[req.class_index] += 1
             else:
+                assert req.last_token_s is not None  # it has its first token
                 self.gaps.add(end - req.last_token_s, 1, req.class_index)
             req.last_token_s = end
             req.generated_tokens += 1

@@ -192,7 +192,8 @@ class Gaps:
                 parts.append((gaps, counts, np.full(len(gaps), c, dtype=np.int16)))
         if not parts:
             return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int16)
-        return tuple(np.concatenate(p) for p in zip(*parts))
+        values, counts, classes = (np.concatenate(p) for p in zip(*parts))
+        return values, counts, classes
 
 
 def weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
@@ -268,14 +269,14 @@ def weighted_distribution(pieces, name: str) -> dict[str, float]:
     iterator each call. Small inputs are joined and sorted; large ones are read a few times, a
     chunk at a time. Both give the same figures: the sums are exactly rounded and the percentiles
     exact."""
-    parts, size = [], 0
+    parts: list = []
+    size = 0
     for part in pieces():
         parts.append(part)
         size += len(part[0])
         if size > _IN_MEMORY_PAIRS:
-            parts = None
             break
-    if parts is not None:
+    if size <= _IN_MEMORY_PAIRS:
         values = np.concatenate([v for v, _ in parts]) if parts else np.zeros(0)
         counts = np.concatenate([c for _, c in parts]) if parts else np.zeros(0, dtype=np.int64)
         return distribution(values, name, counts)

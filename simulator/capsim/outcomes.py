@@ -8,6 +8,8 @@ when its last sample does; generated_tokens counts one sample's tokens (TPOT sta
 
 from __future__ import annotations
 
+from typing import Any
+
 from capsim.metrics import RequestLog
 from capsim.request import Request
 
@@ -15,7 +17,7 @@ from capsim.request import Request
 class Outcomes:
     def __init__(self, log: RequestLog) -> None:
         self.log = log
-        self._waiters: dict[int, object] = {}  # request id -> event a closed-loop user waits on
+        self._waiters: dict[int, Any] = {}  # request id -> event a closed-loop user waits on
         self._groups: dict[int, list] = {}  # parent id -> [parent, samples still running]
         self._closed: set[int] = set()  # groups already written as unfinished
 

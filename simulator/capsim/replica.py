@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from simpy.events import Event
+
 from capsim.cost_model import CostModel
-from capsim.kv_cache import Allocator, blocks_for
+from capsim.kv_cache import Allocator, PagedAllocator, blocks_for
 from capsim.request import Request
 from capsim.running import RunningSet
 from capsim.schedulers import Scheduler
@@ -36,7 +38,7 @@ class Replica:
     waiting: deque = field(default_factory=deque)
     stored_tokens: int = 0  # KV tokens held by requests (the computed tokens of the running ones)
     stale: dict = field(default_factory=dict)  # decoders skipped by the last step: id -> last token time
-    wake: object = None  # the event an idle replica waits on
+    wake: Event | None = None  # the event an idle replica waits on
     swap: SwapSpace | None = None  # preemption by swapping to host memory (None: recompute)
     swap_bytes_this_step: float = 0.0
     prompt_tokens_admitted: int = 0  # prefix caching: prompt tokens looked up in the cache...
@@ -85,6 +87,8 @@ class Replica:
     def fork(self, parent: Request, first_id: int) -> list[Request]:
         """Parallel sampling: the other n - 1 answers start from the parent's prompt, sharing its
         blocks, each with its own first token sampled in the same step; ids from first_id on."""
+        kv = self.kv
+        assert isinstance(kv, PagedAllocator)  # resolve() refuses samples without paged blocks
         children = []
         for i in range(parent.samples - 1):
             child = Request(first_id + i, parent.arrival_s, parent.prompt_tokens, parent.output_tokens,
@@ -93,7 +97,7 @@ class Replica:
                             last_token_s=parent.last_token_s, user=parent.user, replica=parent.replica,
                             class_index=parent.class_index, shared_prefix_tokens=parent.shared_prefix_tokens,
                             session=parent.session, parent=parent.id)
-            self.kv.fork(parent, child)
+            kv.fork(parent, child)
             self.stored_tokens += child.computed_tokens
             self.running.admit(child)  # decoding from here on (done at once if it wanted one token)
             children.append(child)

@@ -198,7 +198,7 @@ class StepLog:
         """The sums the summary needs (step_totals), over every forward pass; large runs in chunks."""
         if not self.large:
             return step_totals(self.columns(pricer))
-        total = step_totals(self._single_columns()) if len(self._single) else None
+        total: dict | None = step_totals(self._single_columns()) if len(self._single) else None
         # Sums over fixed windows of _TOTALS_ROWS steps, whatever the segments: the same bits
         # whether the steps came as macro-steps or one by one.
         pending: list[dict] = []
@@ -213,6 +213,7 @@ class StepLog:
                 total = part if total is None else _add_totals(total, part)
                 pending = [{name: col[window:] for name, col in cols.items()}]
                 rows -= window
+        assert total is not None  # a large run has steps
         return total
 
     def _chunks(self):
