@@ -10,6 +10,9 @@ A B, ..., each timing one `simulate()` call as benchmarks/speed.py does, and rep
 the per-pair ratios: drift slower than a pair cancels out. Both versions run the working tree's
 workload files, and the first pair's results are fingerprinted (summary, requests and steps), so
 the comparison also says whether the two versions give identical results.
+
+Both versions run as plain Python from their sources on PYTHONPATH, even where `pip install .`
+compiled the installed engine (setup.py): the ratio is the code's. speed.py measures the install.
 """
 
 from __future__ import annotations

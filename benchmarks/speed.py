@@ -28,6 +28,8 @@ from importlib import metadata
 from pathlib import Path
 
 import yaml
+
+from capsim.compiled import PURE_PYTHON_VARIABLE, is_compiled
 from speed_tables import MIB, OUTPUT_SCALING_RATE, Case, Measured, Run, report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,7 +172,9 @@ def machine() -> list[tuple[str, str]]:
     return [("date", datetime.now().astimezone().isoformat(timespec="minutes")),
             ("machine", f"{os.cpu_count()} CPUs ({model}), {platform.system()} {platform.release()}"),
             ("software", f"Python {platform.python_version()}, {versions}, capsim {metadata.version('capsim')} "
-                         f"(git {commit})")]
+                         f"(git {commit})"),
+            ("engine", "compiled by mypyc" if is_compiled() else
+             f"plain Python ({PURE_PYTHON_VARIABLE}=1 or not compiled at install)")]
 
 
 def sources_digest() -> str:

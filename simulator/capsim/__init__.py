@@ -9,11 +9,16 @@
 Names are imported on first use (module __getattr__), so `import capsim` stays cheap: no pandas,
 SimPy or matplotlib until something needs them. The functions `simulate`, `sweep` and `capacity`
 live in the modules `capsim.simulation`, `capsim.sweeps` and `capsim.capacity_search`.
+`pip install .` compiles the engine with mypyc; `capsim.compiled` says whether it did.
 """
 
 from __future__ import annotations
 
 import importlib
+
+from capsim.compiled import prefer_source_if_asked
+
+prefer_source_if_asked()  # CAPSIM_PURE_PYTHON=1: run the engine's .py files even where it is compiled
 
 _EXPORTS = {
     # one run
