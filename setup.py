@@ -48,7 +48,7 @@ class OptionalBuildExt(build_ext):
     def run(self) -> None:
         try:
             super().run()
-        except Exception as exc:  # no compiler, a compile error: fall back to the .py files
+        except Exception as exc:  # noqa: BLE001 - no compiler, a compile error: fall back to the .py files
             for path in self.get_outputs():
                 if os.path.exists(path):
                     os.remove(path)
@@ -68,7 +68,7 @@ def _extensions() -> list:
         return []
     try:
         return mypycify([*MYPY_FLAGS, *COMPILED], group_name="capsim")
-    except (Exception, SystemExit) as exc:  # mypy reports type errors by exiting
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - mypy reports type errors by exiting
         _warn(f"mypyc could not translate the engine: {exc!r}")
         return []
 

@@ -28,7 +28,6 @@ from importlib import metadata
 from pathlib import Path
 
 import yaml
-
 from capsim.compiled import PURE_PYTHON_VARIABLE, is_compiled
 from speed_tables import MIB, OUTPUT_SCALING_RATE, Case, Measured, Run, report
 

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from capsim.compiled import PURE_PYTHON_VARIABLE, is_compiled
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,11 +9,8 @@ compares every record.
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import os
 import sys
-from importlib.abc import MetaPathFinder
 
 PURE_PYTHON_VARIABLE = "CAPSIM_PURE_PYTHON"
 
@@ -25,10 +22,14 @@ def is_compiled() -> bool:
     return not (capsim.engine.__file__ or "").endswith(".py")
 
 
-class _PreferSource(MetaPathFinder):
-    """Finds capsim's modules as usual, but loads a module's .py file where a compiled one sits beside it."""
+class _PreferSource:
+    """A meta path finder (importlib.abc.MetaPathFinder's protocol; that module is slow to import):
+    finds capsim's modules as usual, but loads a module's .py file where a compiled one sits beside it."""
 
     def find_spec(self, name, path, target=None):
+        import importlib.machinery
+        import importlib.util
+
         if not name.startswith("capsim."):
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)

@@ -9,6 +9,10 @@ randomised workloads both ways and compares every record). `macro_steps=False` i
 reference: one event per step and one per arrival. With one replica and open-loop arrivals the
 step loop is the only process: it pulls the arrivals due and its waits move the clock directly
 (`_run_alone`), with SimPy's ordering and horizon rule.
+
+`pip install .` compiles this module and the others a step runs through with mypyc (setup.py):
+keep their annotations true (mypyc checks them at run time) and keep classes that extend SimPy's
+in capsim.clock, which stays plain Python.
 """
 
 from __future__ import annotations
