@@ -29,8 +29,8 @@ def open_loop(engine: Engine, stream: OpenLoopStream):
 
 def open_loop_request(stream: OpenLoopStream, i: int) -> Request:
     """The stream's i-th request."""
-    c = int(stream.class_index[i])
-    return Request(i, float(stream.arrival_s[i]), int(stream.prompt_tokens[i]), int(stream.output_tokens[i]),
+    c = stream.class_index.item(i)  # item(): a Python number straight away, no numpy scalar
+    return Request(i, stream.arrival_s.item(i), stream.prompt_tokens.item(i), stream.output_tokens.item(i),
                    class_index=c, shared_prefix_tokens=stream.class_prefix[c], samples=stream.class_samples[c])
 
 

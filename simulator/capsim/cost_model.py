@@ -51,15 +51,19 @@ _VECTOR_FROM = 40
 BOUNDS = ("compute", "memory", "overhead")
 
 
-@dataclass(frozen=True, slots=True)
 class StepCost:
-    seconds: float
-    compute_s: float
-    memory_s: float
-    overhead_s: float
-    flops: float
-    bytes: float
-    bound: str  # one of BOUNDS: the term that took the most time
+    """What one forward pass costs. A plain class (not a dataclass) so that mypyc compiles its
+    __init__: one is made for every step that is not a pure decode."""
+
+    def __init__(self, seconds: float, compute_s: float, memory_s: float, overhead_s: float, flops: float,
+                 bytes: float, bound: str) -> None:  # noqa: A002 - the field is the bytes moved
+        self.seconds, self.compute_s, self.memory_s, self.overhead_s = seconds, compute_s, memory_s, overhead_s
+        self.flops, self.bytes = flops, bytes
+        self.bound = bound  # one of BOUNDS: the term that took the most time
+
+    def __repr__(self) -> str:
+        return (f"StepCost(seconds={self.seconds!r}, compute_s={self.compute_s!r}, memory_s={self.memory_s!r}, "
+                f"overhead_s={self.overhead_s!r}, flops={self.flops!r}, bytes={self.bytes!r}, bound={self.bound!r})")
 
 
 @dataclass(frozen=True)

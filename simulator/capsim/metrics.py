@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from capsim.csv_out import Column, Labels, MaybeInts, as_dataframe
+from capsim.request import Request
 from capsim.step_log import CHUNK_SEGMENTS, Records, Rows
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ class RequestLog:
     def __len__(self) -> int:
         return len(self._rows)
 
-    def write(self, req, outcome: str, reason: str | None = None) -> None:
+    def write(self, req: Request, outcome: str, reason: str | None = None) -> None:
         """Record a request's final state (outcome: completed, rejected or unfinished)."""
         self._rows.add(
             (req.arrival_s, NAN if req.first_scheduled_s is None else req.first_scheduled_s,

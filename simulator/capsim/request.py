@@ -7,30 +7,41 @@ it catches up with everything it knows, the model samples one more output token.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
-
-@dataclass(slots=True, eq=False)
 class Request:
-    id: int
-    arrival_s: float
-    prompt_tokens: int
-    output_tokens: int  # tokens it will generate (benchmarks' ignore_eos / max_tokens)
-    computed_tokens: int = 0
-    generated_tokens: int = 0
-    first_scheduled_s: float | None = None
-    first_token_s: float | None = None
-    last_token_s: float | None = None
-    finish_s: float | None = None
-    preemptions: int = 0
-    recomputed_tokens: int = 0
-    user: int | None = None  # closed-loop user that sent it
-    replica: int = 0
-    class_index: int = 0  # which of the workload's request classes it was drawn from
-    shared_prefix_tokens: int = 0  # leading prompt tokens identical across its class (a system prompt)
-    session: int | None = None  # multi-turn session whose history its prompt resends
-    samples: int = 1  # parallel samples (n): the prompt is prefilled once and n answers decode
-    parent: int | None = None  # for a sample forked off another request: that request's id
+    """One request's counts and times. A plain class with its own __init__ (not a dataclass) so
+    that mypyc compiles the constructor: the engine makes one per arrival."""
+
+    def __init__(self, id: int, arrival_s: float, prompt_tokens: int, output_tokens: int,  # noqa: A002
+                 computed_tokens: int = 0, generated_tokens: int = 0, first_scheduled_s: float | None = None,
+                 first_token_s: float | None = None, last_token_s: float | None = None,
+                 finish_s: float | None = None, preemptions: int = 0, recomputed_tokens: int = 0,
+                 user: int | None = None, replica: int = 0, class_index: int = 0, shared_prefix_tokens: int = 0,
+                 session: int | None = None, samples: int = 1, parent: int | None = None) -> None:
+        self.id = id
+        self.arrival_s = arrival_s
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens  # tokens it will generate (benchmarks' ignore_eos / max_tokens)
+        self.computed_tokens = computed_tokens
+        self.generated_tokens = generated_tokens
+        self.first_scheduled_s = first_scheduled_s
+        self.first_token_s = first_token_s
+        self.last_token_s = last_token_s
+        self.finish_s = finish_s
+        self.preemptions = preemptions
+        self.recomputed_tokens = recomputed_tokens
+        self.user = user  # closed-loop user that sent it
+        self.replica = replica
+        self.class_index = class_index  # which of the workload's request classes it was drawn from
+        self.shared_prefix_tokens = shared_prefix_tokens  # leading prompt tokens identical across its class
+        self.session = session  # multi-turn session whose history its prompt resends
+        self.samples = samples  # parallel samples (n): the prompt is prefilled once and n answers decode
+        self.parent = parent  # for a sample forked off another request: that request's id
+
+    def __repr__(self) -> str:
+        return (f"Request(id={self.id}, arrival_s={self.arrival_s}, prompt_tokens={self.prompt_tokens}, "
+                f"output_tokens={self.output_tokens}, computed_tokens={self.computed_tokens}, "
+                f"generated_tokens={self.generated_tokens})")
 
     @property
     def known_tokens(self) -> int:

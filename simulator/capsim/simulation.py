@@ -5,9 +5,11 @@ This is the public entry point `capsim.simulate()`; the CLI and notebooks both c
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -281,8 +283,24 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
     replicas = [build_replica(setup, i, num_classes=len(stream.class_names)) for i in range(w.replicas)]
     engine = Engine(replicas, stream, horizon_s=w.horizon_s, macro_steps=macro_steps, router=w.router,
                     progress=progress)
-    end_s = engine.run()
+    with _collector_paused():
+        end_s = engine.run()
     return _result(setup, engine, end_s)
+
+
+@contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off while the engine runs: the engine makes no reference
+    cycles (a collection after a 20K-request run finds a few hundred objects, all from imports), so
+    the collector's passes over the millions of objects a run allocates free nothing. Reference
+    counting still frees everything as before; the collector's state is restored afterwards."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _result(setup: Setup, engine: Engine, end_s: float) -> RunResult:
