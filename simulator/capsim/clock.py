@@ -18,15 +18,13 @@ class Environment(simpy.Environment):
     SimPy schedules at now + delay, and a float sum cannot reach every float: a macro-step
     summed once and k steps summed one by one must end on the same bits, so step ends are
     pushed at their absolute time. (This uses the queue layout of simpy.Environment.schedule,
-    unchanged since SimPy 3: (time, priority, event id, event).)"""
+    unchanged since SimPy 3: (time, priority, event id, event).) The engine reads the clock from
+    `_now`, where SimPy keeps it, and with one replica pulling its arrivals moves it there itself
+    (Engine._run_alone): no event is queued then."""
 
     def schedule_at(self, event: Event, priority: int, when: float) -> None:
         queue: list = self._queue
         heappush(queue, (max(when, self._now), priority, next(self._eid), event))
-
-    def advance_to(self, when: float) -> None:
-        """Move the clock with no event queued (Engine._run_alone: the only process waits)."""
-        self._now = max(when, self._now)
 
 
 class At(Event):

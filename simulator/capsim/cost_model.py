@@ -42,6 +42,7 @@ from capsim.config import HardwareProfile, ModelSpec
 from capsim.engines import EngineProfile
 from capsim.formats import NumberFormat
 from capsim.plan import StepPlan
+from capsim.running import RunningSet
 from capsim.rates import realistic_rates
 
 Mode = Literal["realistic", "document", "unit"]
@@ -243,7 +244,7 @@ class CostModel:
 
     # ---------------------------------------------------------------- whole steps
 
-    def step_cost(self, plan: StepPlan, running=None) -> StepCost:
+    def step_cost(self, plan: StepPlan, running: RunningSet | None = None) -> StepCost:
         """Price any plan (prefill, decode or mixed). `running` supplies the decode aggregates
         when the plan has decode_all."""
         if self.mode == "unit":
@@ -253,6 +254,7 @@ class CostModel:
         logits = plan.num_decodes * q
         draft_s = 0.0
         if plan.num_decodes:
+            assert running is not None  # decode_all plans are priced with their running set
             ctx_f = running.context_sum(1)
             pairs_f = q * ctx_f + plan.num_decodes * (q * (q - 1) // 2)
             if self.window:

@@ -116,10 +116,11 @@ class Engine:
         for when in self._replica_loop(rep):
             if horizon is not None and when >= horizon:
                 break
-            env.advance_to(when)
+            if when > env._now:  # SimPy's clock (capsim.clock): no event queued, the only process moves it
+                env._now = when
             self._clock_stops += 1
         if horizon is not None:
-            env.advance_to(horizon)
+            env._now = max(horizon, env._now)
 
     def _wait(self, when: float, priority: int = _LATE):
         """What the step loop yields to wait until `when`: an event for SimPy, or in pull mode
@@ -273,7 +274,9 @@ class Engine:
         """The plan's bookkeeping before the pass: rejections, preemptions, admissions, memory."""
         if plan.decode_only:
             return  # nothing to admit, preempt or allocate: decode blocks are promised in _decode
-        now, running, kv = self.env.now, rep.running, rep.kv
+        # SimPy's clock read as the attribute it keeps it in: `env.now` is a property, a
+        # Python call from compiled code, several per step (capsim.clock says which internals are used).
+        now, running, kv = self.env._now, rep.running, rep.kv
         for _ in range(len(plan.admitted) + len(plan.rejected)):
             rep.waiting.popleft()
         for req, reason in plan.rejected:
@@ -296,7 +299,7 @@ class Engine:
 
     def _step(self, rep: Replica, plan: StepPlan):
         """One general forward pass (prefill, mixed, or decodes listed one by one)."""
-        now, running, kv = self.env.now, rep.running, rep.kv
+        now, running, kv = self.env._now, rep.running, rep.kv
         cost = rep.cost.step_cost(plan, running)
         if rep.swap_bytes_this_step:  # the copies over PCIe hold up this step
             assert rep.swap is not None  # only swapping replicas copy over PCIe
@@ -352,7 +355,7 @@ class Engine:
         """k steps in which every running request decodes one token, in one wait (k = 1 when
         macro-steps are off)."""
         env, running, kv = self.env, rep.running, rep.kv
-        now, n = env.now, running.num_decoding
+        now, n = env._now, running.num_decoding
         k = min(plan.repeat_steps if self.macro_steps else 1, running.steps_to_window())
         ctx_full0 = running.context_sum(0)
         below = running.num_decoding - running.num_above_window() if running.window else 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from capsim.request import Request
+from capsim.running import RunningSet
 
 
 def blocks_for(tokens: int, block_size: int) -> int:
@@ -157,11 +158,11 @@ class PagedAllocator:
         shared = sum(1 for b in self.tables.get(req.id, ()) if b in self._refs) if req.id in self._sharing else 0
         return blocks_for(req.computed_tokens, self.block_size) - shared + self.seq_units
 
-    def decode_need(self, running, k: int) -> int:
+    def decode_need(self, running: RunningSet, k: int) -> int:
         """Blocks the running set's decoders need over k more steps."""
         return running.new_blocks(k)
 
-    def max_decode_steps(self, running, k_max: int) -> int:
+    def max_decode_steps(self, running: RunningSet, k_max: int) -> int:
         return running.max_steps_within(self.free_units, k_max)
 
     def promise(self, n: int) -> None:
@@ -356,10 +357,10 @@ class ContiguousAllocator:
     def register(self, req: Request, upto_tokens: int | None = None) -> None:
         pass
 
-    def decode_need(self, running, k: int) -> int:
+    def decode_need(self, running: RunningSet, k: int) -> int:
         return 0  # everything was reserved at admission
 
-    def max_decode_steps(self, running, k_max: int) -> int:
+    def max_decode_steps(self, running: RunningSet, k_max: int) -> int:
         return k_max
 
     def promise(self, n: int) -> None:
