@@ -27,11 +27,11 @@ class _PreferSource:
     finds capsim's modules as usual, but loads a module's .py file where a compiled one sits beside it."""
 
     def find_spec(self, name, path, target=None):
+        if not name.startswith("capsim."):
+            return None  # before importing anything here: importing calls this finder too
         import importlib.machinery
         import importlib.util
 
-        if not name.startswith("capsim."):
-            return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         origin = spec.origin if spec is not None else None
         if origin is None or not origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):

@@ -57,7 +57,7 @@ class StepCost:
     __init__: one is made for every step that is not a pure decode."""
 
     def __init__(self, seconds: float, compute_s: float, memory_s: float, overhead_s: float, flops: float,
-                 bytes: float, bound: str) -> None:  # noqa: A002 - the field is the bytes moved
+                 bytes: float, bound: str) -> None:
         self.seconds, self.compute_s, self.memory_s, self.overhead_s = seconds, compute_s, memory_s, overhead_s
         self.flops, self.bytes = flops, bytes
         self.bound = bound  # one of BOUNDS: the term that took the most time

@@ -12,7 +12,7 @@ class Request:
     """One request's counts and times. A plain class with its own __init__ (not a dataclass) so
     that mypyc compiles the constructor: the engine makes one per arrival."""
 
-    def __init__(self, id: int, arrival_s: float, prompt_tokens: int, output_tokens: int,  # noqa: A002
+    def __init__(self, id: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
                  computed_tokens: int = 0, generated_tokens: int = 0, first_scheduled_s: float | None = None,
                  first_token_s: float | None = None, last_token_s: float | None = None,
                  finish_s: float | None = None, preemptions: int = 0, recomputed_tokens: int = 0,
