@@ -276,6 +276,7 @@ def weighted_distribution(pieces, name: str) -> dict[str, float]:
         parts.append(part)
         size += len(part[0])
         if size > _IN_MEMORY_PAIRS:
+            parts.clear()  # too many to sort at once: let these go, and read the chunks again below
             break
     if size <= _IN_MEMORY_PAIRS:
         values = np.concatenate([v for v, _ in parts]) if parts else np.zeros(0)
