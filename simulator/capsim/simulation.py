@@ -291,8 +291,9 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
 @contextmanager
 def _collector_paused():
     """Python's cyclic garbage collector off while the engine runs: the engine makes no reference
-    cycles (a collection after a 20K-request run finds a few hundred objects, all from imports), so
-    the collector's passes over the millions of objects a run allocates free nothing. Reference
+    cycles (a collection right after a 20K-request run finds nothing to free compiled, and a few
+    hundred objects in plain Python), so its passes over the millions of objects a run allocates
+    only cost time (9% of the compiled engine's instructions at 2,000 requests). Reference
     counting still frees everything as before; the collector's state is restored afterwards."""
     was_enabled = gc.isenabled()
     gc.disable()
