@@ -1,3 +1,3 @@
-from capsim.cli import main
+from capsim.cli import console_main
 
-main()
+console_main()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import sys
 from enum import Enum
@@ -495,3 +496,15 @@ def main() -> None:
         err.print("interrupted")
     if isinstance(code, int) and code:  # the commands themselves return None
         raise SystemExit(code)
+
+
+def console_main() -> None:
+    """The `capsim` command and `python -m capsim`: main(), then the process ends. Every object
+    still alive is moved to the garbage collector's permanent generation first, so that the
+    interpreter's shutdown does not walk them all once more: with numpy, pydantic and a finished
+    run loaded that walk took 0.12 to 0.2 s of a 2 s `capsim run`. Nothing is left unwritten:
+    output files are closed by then, and the exit flushes stdout and stderr as before."""
+    try:
+        main()
+    finally:
+        gc.freeze()
