@@ -19,7 +19,9 @@ from setuptools.command.build_ext import build_ext
 # The modules every simulated step runs through. They must type-check under mypy: mypyc trusts
 # the annotations and checks them at run time (a float passed where `int` is declared raises).
 # capsim.metrics is left out: compiled, its chunked summary of a large run kept chunks alive
-# (1M requests peaked at 1.6 GiB instead of 0.8), and it is a small part of a step's time.
+# (1M requests peaked at 1.6 GiB instead of 0.8). The records it reads are written by
+# capsim.request_log, which is compiled: interpreted, those writes were about 12% of Engine.run's
+# instructions, and compiling them took 5% off the run (benchmarks/instructions.py).
 # After changing this list, delete build/: setuptools ships the compiled modules it finds there.
 COMPILED = [
     "simulator/capsim/arrivals.py",
@@ -30,6 +32,7 @@ COMPILED = [
     "simulator/capsim/plan.py",
     "simulator/capsim/replica.py",
     "simulator/capsim/request.py",
+    "simulator/capsim/request_log.py",
     "simulator/capsim/running.py",
     "simulator/capsim/schedulers.py",
     "simulator/capsim/speculative.py",

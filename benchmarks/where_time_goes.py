@@ -22,7 +22,7 @@ PARTS = [
     ("pricing decode runs: CostModel.decode_ends", [("cost_model", "CostModel.decode_ends")]),
     ("pricing other steps: CostModel.step_cost", [("cost_model", "CostModel.step_cost")]),
     ("step and gap records", [("step_log", "StepLog.add"), ("step_log", "StepLog.add_segment"),
-                              ("metrics", "GapLog.add"), ("metrics", "GapLog.add_segment")]),
+                              ("request_log", "GapLog.add"), ("request_log", "GapLog.add_segment")]),
     ("admissions and allocation: Engine._start", [("engine", "Engine._start")]),
     ("completions: Engine._release", [("engine", "Engine._release")]),
     ("arrivals: Engine._pull", [("engine", "Engine._pull")]),

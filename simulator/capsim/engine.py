@@ -29,11 +29,11 @@ from simpy.events import Event
 from capsim.arrivals import open_loop, open_loop_request, user
 from capsim.clock import At, Environment
 from capsim.cost_model import BOUNDS
-from capsim.metrics import GapLog, RequestLog
 from capsim.outcomes import Outcomes
 from capsim.plan import StepPlan
 from capsim.replica import Replica
 from capsim.request import Request
+from capsim.request_log import GapLog, RequestLog
 from capsim.schedulers import REJECT_REASONS
 from capsim.step_log import StepLog
 from capsim.workload import ClosedLoopStream, OpenLoopStream

@@ -1,8 +1,8 @@
 """Flat records -> DataFrames -> summary (DESIGN §4, vLLM's metric definitions).
 
-The engine writes compact flat buffers: one row per arrived request (`RequestLog`), one row per
-forward pass (`StepLog`, a macro-step as one segment), and inter-token gaps as (gap, count) pairs
-(`GapLog`): every sequence in a decode step that also emitted in the previous step has the same
+The engine writes compact flat buffers: one row per arrived request (`request_log.RequestLog`), one
+row per forward pass (`step_log.StepLog`, a macro-step as one segment), and inter-token gaps as
+(gap, count) pairs (`request_log.GapLog`): every sequence in a decode step that also emitted in the previous step has the same
 gap, the step's duration, so a step contributes one pair instead of one value per sequence.
 Percentiles over the pairs are exactly numpy's default (linear) percentiles over the expanded list;
 a large run's pairs are read chunk by chunk (`Gaps.pieces`, `weighted_distribution`), never all at
@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from capsim.csv_out import Column, Labels, MaybeInts, as_dataframe
-from capsim.request import Request
-from capsim.step_log import CHUNK_SEGMENTS, Records, Rows
+from capsim.step_log import CHUNK_SEGMENTS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,65 +27,6 @@ OUTCOMES = ("completed", "rejected", "unfinished")
 BOUND_NAMES = ("compute", "memory", "overhead")
 REQUEST_TEXT_COLUMNS = ("reject_reason",)  # plain text in the requests DataFrame, not categorical
 NAN = float("nan")
-
-
-class RequestLog:
-    """One row per arrived request, written when its outcome is final."""
-
-    FIELDS = ("id", "arrival_s", "prompt_tokens", "output_tokens", "outcome", "reject_reason",
-              "first_scheduled_s", "first_token_s", "finish_s", "generated_tokens", "preemptions",
-              "recomputed_tokens", "replica", "user", "class_index", "samples")
-
-    def __init__(self, reject_reasons: tuple[str, ...], class_names: tuple[str, ...] = ("all",)) -> None:
-        self.reject_reasons, self.class_names = reject_reasons, class_names
-        self._rows = Records(self.FIELDS, ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s"))
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-    def write(self, req: Request, outcome: str, reason: str | None = None) -> None:
-        """Record a request's final state (outcome: completed, rejected or unfinished)."""
-        self._rows.add(
-            (req.arrival_s, NAN if req.first_scheduled_s is None else req.first_scheduled_s,
-             NAN if req.first_token_s is None else req.first_token_s, NAN if req.finish_s is None else req.finish_s),
-            (req.id, req.prompt_tokens, req.output_tokens, OUTCOMES.index(outcome),
-             -1 if reason is None else self.reject_reasons.index(reason), req.generated_tokens, req.preemptions,
-             req.recomputed_tokens, req.replica, -1 if req.user is None else req.user, req.class_index, req.samples))
-
-    def columns(self) -> dict[str, np.ndarray]:
-        """The requests table as numpy columns in request-id order: the categorical ones as codes
-        (outcome: index into OUTCOMES; reject_reason: index into reject_reasons, -1 for none;
-        class_index; user: -1 for none), then the derived latencies in ms (tpot_ms: NaN below
-        two tokens). summarize() reads these; frame() turns them into the DataFrame."""
-        cols = self._rows.columns()
-        order = np.argsort(cols["id"], kind="stable")
-
-        def take(name: str, dtype) -> np.ndarray:  # one column at a time: a million rows stay small
-            return cols[name].take(order).astype(dtype, copy=False)
-
-        out = {
-            "request_id": take("id", np.int64), "class_index": take("class_index", np.int16),
-            "arrival_s": take("arrival_s", np.float64), "prompt_tokens": take("prompt_tokens", np.int32),
-            "output_tokens": take("output_tokens", np.int32), "outcome": take("outcome", np.int8),
-            "reject_reason": take("reject_reason", np.int64), "first_scheduled_s": take("first_scheduled_s", np.float64),
-            "first_token_s": take("first_token_s", np.float64), "finish_s": take("finish_s", np.float64),
-            "generated_tokens": take("generated_tokens", np.int32), "samples": take("samples", np.int32),
-            "preemptions": take("preemptions", np.int32), "recomputed_tokens": take("recomputed_tokens", np.int64),
-            "replica": take("replica", np.int16), "user": take("user", np.int64),
-        }
-        ms = 1e3
-        out["ttft_ms"] = (out["first_token_s"] - out["arrival_s"]) * ms
-        out["e2el_ms"] = (out["finish_s"] - out["arrival_s"]) * ms
-        out["queueing_ms"] = (out["first_scheduled_s"] - out["arrival_s"]) * ms
-        tpot = np.full(len(order), NAN)
-        np.divide((out["finish_s"] - out["first_token_s"]) * ms, out["generated_tokens"] - 1, out=tpot,
-                  where=out["generated_tokens"] > 1)
-        out["tpot_ms"] = tpot
-        return out
-
-    def frame(self) -> pd.DataFrame:
-        """The requests table (requests.csv)."""
-        return request_frame(self.columns(), self.class_names, self.reject_reasons)
 
 
 def request_table(columns: dict[str, np.ndarray], class_names: tuple[str, ...],
@@ -112,36 +52,6 @@ def request_frame(columns: dict[str, np.ndarray], class_names: tuple[str, ...],
     """request_table() as a DataFrame: class and outcome categorical, the reject reason as text
     ("" for none), the user a nullable integer."""
     return as_dataframe(request_table(columns, class_names, reject_reasons), text=REQUEST_TEXT_COLUMNS)
-
-
-class GapLog:
-    """Inter-token latencies as (gap_s, count, request class) entries. A macro-step adds one
-    segment: its step end times, every gap between them shared by `counts[c]` sequences of each
-    class. Entry order does not matter: statistics over them are order-independent."""
-
-    def __init__(self) -> None:
-        self._single = Records(("gap_s", "count", "cls"), ("gap_s",))
-        self._lengths = Rows(1, "i")  # steps of each decode segment; their end times are the StepLog's
-        self._counts: Rows | None = None
-
-    def add(self, gap_s: float, count: int = 1, cls: int = 0) -> None:
-        if count:
-            self._single.add((gap_s,), (count, cls))
-
-    def add_segment(self, k: int, counts: tuple[int, ...]) -> None:
-        """The gaps between the ends of a k-step decode segment (recorded in the StepLog, in the
-        same order), each shared by counts[c] sequences of class c."""
-        self._lengths.add((k,))
-        if self._counts is None:
-            self._counts = Rows(len(counts), "i")
-        self._counts.add(counts)
-
-    def view(self, segment_ends: np.ndarray | None = None) -> Gaps:
-        """The gaps, read chunk by chunk; segment_ends: the StepLog's flat segment end times."""
-        single = self._single.columns()
-        lengths = self._lengths.matrix()[:, 0].astype(np.int64)
-        counts = self._counts.matrix() if self._counts is not None else np.zeros((0, 1), dtype=np.int32)
-        return Gaps(single, lengths, counts, np.zeros(0) if segment_ends is None else segment_ends)
 
 
 class Gaps:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from capsim.metrics import RequestLog
 from capsim.request import Request
+from capsim.request_log import RequestLog
 
 
 class Outcomes:

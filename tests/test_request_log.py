@@ -1,0 +1,35 @@
+"""The engine's request records and inter-token gap log (capsim.request_log)."""
+
+import numpy as np
+import pytest
+from capsim.request_log import GapLog, RequestLog
+from conftest import make_request
+
+
+def test_request_records_derive_vllm_latencies():
+    log = RequestLog(("too_long",))
+    r = make_request(10, 5, rid=0, arrival_s=1.0)
+    r.first_scheduled_s, r.first_token_s, r.finish_s, r.generated_tokens = 1.5, 2.0, 4.0, 5
+    log.write(r, "completed")
+    df = log.frame()
+    row = df.iloc[0]
+    assert row["ttft_ms"] == 1000.0 and row["e2el_ms"] == 3000.0 and row["queueing_ms"] == 500.0
+    assert row["tpot_ms"] == pytest.approx(2000.0 / 4)  # (E2EL - TTFT) / (n - 1)
+    assert row["outcome"] == "completed" and row["reject_reason"] == ""
+
+
+def test_gap_log_expands_segments():
+    g = GapLog()
+    g.add(1.0, 2)
+    g.add_segment(3, (5, 0))  # ends 10, 13, 17: two gaps, 3 and 4, shared by 5 sequences of class 0
+    g.add_segment(2, (2, 1))  # ends 20, 21
+    g.add(2.0, 1, cls=1)
+    view = g.view(np.array([10.0, 13.0, 17.0, 20.0, 21.0]))  # the StepLog's segment ends
+    gaps, counts, classes = view.arrays()
+    entries = sorted(zip(gaps.tolist(), counts.tolist(), classes.tolist()))
+    assert entries == [(1.0, 1, 1), (1.0, 2, 0), (1.0, 2, 0), (2.0, 1, 1), (3.0, 5, 0), (4.0, 5, 0)]
+    view.CHUNK_SEGMENTS = view.CHUNK_SINGLE = 1  # chunk by chunk: the same entries
+    pieces = sorted((g, n) for part in view.pieces() for g, n in zip(*(a.tolist() for a in part)))
+    assert pieces == sorted((g, n) for g, n, _ in entries)
+    class_one = sorted((g, n) for part in view.pieces(1) for g, n in zip(*(a.tolist() for a in part)))
+    assert class_one == [(1.0, 1), (2.0, 1)]
