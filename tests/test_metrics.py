@@ -5,6 +5,7 @@ import pytest
 from capsim import metrics
 from capsim.metrics import (
     distribution,
+    median,
     summarize,
     values_at_ranks,
     weighted_distribution,
@@ -51,6 +52,15 @@ def test_chunked_distribution_equals_the_in_memory_one(monkeypatch):
     monkeypatch.setattr(metrics, "_IN_MEMORY_PAIRS", 10)
     assert weighted_distribution(pieces, "itl") == in_memory
     assert in_memory["p99_itl_ms"] == pytest.approx(np.percentile(np.repeat(values, counts), 99), abs=1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=40), st.booleans())
+def test_median_is_numpys_to_the_bit(values, with_nan):
+    a = np.array(values + [float("nan")] if with_nan else values)
+    expected = np.median(a)
+    got = median(a)
+    assert (np.isnan(got) and np.isnan(expected)) if with_nan else got == expected
 
 
 def test_distribution_keys_and_empty():

@@ -114,7 +114,9 @@ def weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> flo
 
 def weighted_percentiles(values: np.ndarray, counts: np.ndarray, qs) -> list[float]:
     """weighted_percentile for several q at once (one sort)."""
-    order = np.argsort(values, kind="stable")
+    # Any sort will do: tied values are equal, so whichever of them a rank lands on, it reads the
+    # same value (numpy's default sort took a third of the stable one's time on 240K gaps).
+    order = np.argsort(values)
     v = values[order]
     ends = np.cumsum(counts[order])  # expanded index range of each value: [ends - c, ends)
     n = int(ends[-1])
@@ -214,7 +216,7 @@ def distribution(values_ms: np.ndarray, name: str, counts: np.ndarray | None = N
     if len(values_ms) == 0 or (counts is not None and not counts.sum()):
         return {f"{k}_{name}_ms": 0.0 for k in keys}
     if counts is None:
-        stats = (values_ms.mean(), np.median(values_ms), values_ms.std(),
+        stats = (values_ms.mean(), median(values_ms), values_ms.std(),
                  np.percentile(values_ms, 90), np.percentile(values_ms, 99))
     else:  # exactly rounded sums: the entries' order (macro-steps or single steps) cannot matter
         total = int(counts.sum())
@@ -223,6 +225,18 @@ def distribution(values_ms: np.ndarray, name: str, counts: np.ndarray | None = N
         p50, p90, p99 = weighted_percentiles(values_ms, counts, (50, 90, 99))
         stats = (mean, p50, std, p90, p99)
     return {f"{k}_{name}_ms": float(v) for k, v in zip(keys, stats)}
+
+
+def median(values: np.ndarray) -> float:
+    """np.median of a 1-D array, to the bit (the middle value, or the mean of the two middle
+    ones; NaN if any value is NaN), without np.median's NaN check, which imports numpy.ma: 30 to
+    40 ms of every `capsim run`."""
+    n = len(values)
+    mid = n // 2
+    part = np.partition(values, sorted({max(mid - 1, 0), mid, n - 1}))
+    if np.isnan(part[-1]):
+        return NAN
+    return float(part[mid] if n % 2 else (part[mid - 1] + part[mid]) / 2.0)
 
 
 def summarize(requests: dict[str, np.ndarray], steps: dict, gaps: Gaps, *,
