@@ -30,6 +30,7 @@ COMPILED = [
     "simulator/capsim/kv_cache.py",
     "simulator/capsim/outcomes.py",
     "simulator/capsim/plan.py",
+    "simulator/capsim/rates.py",
     "simulator/capsim/replica.py",
     "simulator/capsim/request.py",
     "simulator/capsim/request_log.py",

@@ -46,9 +46,11 @@ from capsim.running import RunningSet
 from capsim.rates import realistic_rates
 
 Mode = Literal["realistic", "document", "unit"]
-# Decode runs this long or longer are priced with numpy, shorter ones in a loop (numpy's fixed cost
-# per call pays for itself from about 40-48 steps on this machine).
-_VECTOR_FROM = 40
+# Decode runs this long or longer are priced with numpy, shorter ones in a loop: both give the same
+# bits. In plain Python numpy's fixed cost per call pays for itself from about 40-48 steps; compiled
+# (setup.py), a step of the loop is a few dozen instructions, and pricing every run of bench-10k in
+# the loop took 4.8% fewer instructions than switching to numpy at 40 (benchmarks/instructions.py).
+_VECTOR_FROM = 40 if __file__.endswith(".py") else 1024
 BOUNDS = ("compute", "memory", "overhead")
 
 
@@ -125,6 +127,7 @@ class CostModel:
             self.peak, self.attn_peak, self.vector_peak = r.gemm_peak_flops, r.attn_peak_flops, r.vector_flops
         self._gemm_setup(model, params, weights, doc, tp)
         self._attention_setup(model, kv_cache, tp)
+        self._per_step_setup(model)
         self._decode_cache: dict[int, tuple] = {}
         # Speculative decoding: each decode step verifies draft_tokens + 1 tokens per sequence,
         # after `draft_tokens` passes of the draft model (if one is priced).
@@ -143,6 +146,19 @@ class CostModel:
         self.body_flops_per_token = (2.0 * params.body_active + arch.linear_attention_flops_per_token(model)) / tp
         self.head_flops_per_logit = 2.0 * head / tp
         self.state_bytes_per_seq = 2.0 * arch.state_bytes_per_sequence(model) / tp  # read + write
+
+    def _per_step_setup(self, model: ModelSpec) -> None:
+        """The model's numbers that every step reads, copied out of the config once: a pydantic
+        attribute is a Python-level lookup, several per step."""
+        self.num_layers, self.hidden_size = model.num_layers, model.hidden_size
+        moe = model.moe
+        self.num_experts, self.experts_per_token = (moe.num_experts, moe.experts_per_token) if moe else (0, 0)
+        r = self.rates
+        self.elementwise_bytes_per_token = 0.0  # elementwise_part's traffic per token, all layers
+        if r is not None and self.mode == "realistic":
+            width = moe.expert_intermediate_size * moe.experts_per_token if moe else model.intermediate_size
+            self.elementwise_bytes_per_token = model.num_layers * (r.elementwise_hidden_bytes * model.hidden_size
+                                                                   + r.elementwise_intermediate_bytes * width / self.tp)
 
     def _attention_setup(self, model, kv_cache, tp) -> None:
         # KV heads split across TP ranks; with more ranks than KV heads each rank keeps a copy of
@@ -176,17 +192,16 @@ class CostModel:
         if decode_only:
             host = host / r.steps_per_schedule
         layer = r.layer_graph_s if r.uses_graph(num_tokens, decode_only) else r.layer_eager_s
-        overhead = host + layer * self.model.num_layers
-        return overhead, r.allreduce_s(num_tokens, self.model.hidden_size, self.model.num_layers)
+        overhead = host + layer * self.num_layers
+        return overhead, r.allreduce_s(num_tokens, self.hidden_size, self.num_layers)
 
     # ---------------------------------------------------------------- GEMM part (depends on T only)
 
     def experts_touched(self, num_tokens: int) -> float:
         """Expected distinct experts per MoE layer when num_tokens each pick k of E uniformly."""
-        moe = self.model.moe
-        if moe is None:
+        e, k = self.num_experts, self.experts_per_token
+        if not e:
             return 0.0
-        e, k = moe.num_experts, moe.experts_per_token
         return e * (1.0 - (1.0 - k / e) ** num_tokens)
 
     def gemm_part(self, num_tokens: int, num_logits: int, num_seqs: int) -> tuple[float, float, float, float]:
@@ -209,11 +224,7 @@ class CostModel:
         r = self.rates
         if r is None or self.mode != "realistic":
             return 0.0, 0.0
-        m = self.model
-        width = m.moe.expert_intermediate_size * m.moe.experts_per_token if m.moe else m.intermediate_size
-        per_token = m.num_layers * (r.elementwise_hidden_bytes * m.hidden_size
-                                    + r.elementwise_intermediate_bytes * width / self.tp)
-        byts = per_token * num_tokens
+        byts = self.elementwise_bytes_per_token * num_tokens
         if r.dequant_above_tokens is not None and num_tokens > r.dequant_above_tokens:
             wb = self.weights_format.bytes_per_value
             byts += self.dense_weight_bytes / wb * (2.0 + wb)
@@ -389,17 +400,20 @@ class CostModel:
             zeros = np.zeros(rows)
             return DecodeSteps(None, zeros, zeros, np.full(rows, 2, dtype=np.int8))
         q = self.queries
-        sizes, which = np.unique(n, return_inverse=True)
-        gemm = np.array([self.gemm_part(int(m) * q, int(m) * q, int(m)) for m in sizes])
-        gc, gm, gf, gb = gemm[which].T
+        # The parts that depend on the batch size alone, once per size present, looked up per step
+        # (batch sizes are small integers: a table row per size, not a sort of the steps).
+        present = np.bincount(n, minlength=1)
+        by_size = np.zeros((len(present), 7))
+        for m in np.flatnonzero(present).tolist():
+            by_size[m, 0:4] = self.gemm_part(m * q, m * q, m)
+            by_size[m, 4:6] = self.elementwise_part(m * q)
+            by_size[m, 6] = sum(self.fixed_seconds(m * q, m, decode_only=True))
+        gc, gm, gf, gb, es, eb, over = np.ascontiguousarray(by_size.T)[:, n]  # each one contiguous
         later = n * (q * (q - 1) // 2)
         ac, am, af, ab = self.attention_part(ctx_full, ctx_sliding, q * ctx_full + later, q * ctx_sliding, n * q, n)
-        elem = np.array([self.elementwise_part(int(m) * q) for m in sizes])
-        es, eb = elem[which].T
         compute_t = np.where(gc >= gm, gc, 0.0) + np.where(ac >= am, ac, 0.0)
         memory_t = np.where(gm > gc, gm, 0.0) + np.where(am > ac, am, 0.0) + es
         bound = np.where(compute_t >= memory_t, 0, 1).astype(np.int8)
-        over = np.array([sum(self.fixed_seconds(int(m) * q, int(m), decode_only=True)) for m in sizes])[which]
         bound[(over > compute_t) & (over > memory_t)] = 2
         flops, byts = gf + af, gb + ab + eb
         if self.draft is not None:

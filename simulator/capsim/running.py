@@ -36,7 +36,6 @@ class RunningSet:
         self.num_decoding = 0
         self.base_sum = 0
         self.hist = [0] * block_size  # decoders by the tick residue at which they need a block
-        self._prefix: list[int] | None = None  # prefix sums of hist repeated twice (None: stale)
         self.class_counts = [0] * num_classes
         # Heaps hold (tick, entry number); an entry is live while _entry[id] is its number (a
         # request that stops and later starts decoding again gets a new one).
@@ -94,7 +93,6 @@ class RunningSet:
         self.num_decoding += 1
         self.base_sum += base
         self.hist[(-base) % self.bs] += 1
-        self._prefix = None
         self.class_counts[req.class_index] += 1
         self._entries += 1
         entry = self._entry[rid] = self._entries
@@ -112,7 +110,6 @@ class RunningSet:
         self.num_decoding -= 1
         self.base_sum -= base
         self.hist[(-base) % self.bs] -= 1
-        self._prefix = None
         self.class_counts[req.class_index] -= 1
         if rid in self._below:
             self._below.discard(rid)
@@ -220,19 +217,16 @@ class RunningSet:
         return self._blocks_over(k)
 
     def _blocks_over(self, k: int) -> int:
-        """Blocks the decoders need while each gains k more tokens."""
-        bs = self.bs
-        prefix = self._prefix
-        if prefix is None:  # prefix sums of hist repeated twice (a loop: compiled, it beats accumulate)
-            hist, total = self.hist, 0
-            prefix = [0] * (2 * bs + 1)
-            for i in range(2 * bs):
-                total += hist[i - bs] if i >= bs else hist[i]
-                prefix[i + 1] = total
-            self._prefix = prefix
+        """Blocks the decoders need while each gains k more tokens: one each per block_size
+        tokens, plus the histogram's counts over the partial cycle (at most block_size terms: a
+        loop, cheaper compiled than keeping prefix sums current as decoders come and go)."""
+        bs, hist = self.bs, self.hist
         full, part = divmod(k, bs)
         start = self.tick % bs
-        return full * self.num_decoding + prefix[start + part] - prefix[start]
+        total = full * self.num_decoding
+        for i in range(start, start + part):
+            total += hist[i - bs] if i >= bs else hist[i]
+        return total
 
     def max_steps_within(self, free_blocks: int, k_max: int) -> int:
         """Largest k <= k_max whose new blocks fit in free_blocks."""

@@ -112,6 +112,7 @@ class StepLog:
         self._segments = Records(self._SEG, ("start",))
         self._first: np.ndarray | None = None  # each segment's first index into _ends (see _seg)
         self._ends = bytearray()  # every segment's step end times, flat (float64)
+        self._end_packers: dict[int, struct.Struct] = {}
         self._residues = Rows(block_size, "h")  # decoders per block residue (int16 until one needs more)
         self._no_residues = (0,) * block_size
         self._waiting_steps: dict[int, np.ndarray] = {}  # segments whose queue changed mid-way
@@ -150,7 +151,10 @@ class StepLog:
         if isinstance(ends, np.ndarray):
             self._ends += ends.astype(np.float64, copy=False).tobytes()
         else:
-            self._ends += struct.pack(f"={k}d", *ends)
+            packer = self._end_packers.get(k)
+            if packer is None:  # one compiled format per run length (struct.pack would parse it per call)
+                packer = self._end_packers[k] = struct.Struct(f"={k}d")
+            self._ends += packer.pack(*ends)
         if not isinstance(waiting, int):
             self._waiting_steps[len(self._segments)] = waiting
             waiting = waiting_last = 0
@@ -235,11 +239,11 @@ class StepLog:
         ks = seg["k"].astype(np.int64)
         first = np.cumsum(ks) - ks
         which = np.repeat(np.arange(len(ks)), ks)
-        j = np.arange(int(ks.sum())) - first[which] + 1  # 1..k within each segment
+        j = np.arange(int(ks.sum())) - np.repeat(first, ks) + 1  # 1..k within each segment
         start = int(seg["first"][0]) if len(ks) else 0  # this chunk's first end time
 
-        def per_step(name, dtype=np.int64):
-            return seg[name][which].astype(dtype)
+        def per_step(name, dtype=np.int64):  # a segment's value on each of its steps
+            return np.repeat(seg[name].astype(dtype), ks)
 
         ends = np.frombuffer(self._ends, dtype=np.float64)[start:start + int(ks.sum())]
         before = np.roll(ends, 1)
