@@ -12,12 +12,12 @@ once. Integer fields are stored as int32 until a value needs int64 (`step_log.Ro
 from __future__ import annotations
 
 import math
-from itertools import chain
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from capsim.csv_out import Column, Labels, MaybeInts, as_dataframe
+from capsim.exact_sum import ExactSum, exact_sum
 from capsim.step_log import CHUNK_SEGMENTS
 
 if TYPE_CHECKING:
@@ -197,8 +197,13 @@ def weighted_distribution(pieces, name: str) -> dict[str, float]:
     total = sum(int(c.sum()) for _, c in pieces())
     if total == 0:
         return distribution(np.zeros(0), name)
-    mean = math.fsum(chain.from_iterable((v * c).tolist() for v, c in pieces())) / total
-    std = math.sqrt(math.fsum(chain.from_iterable((c * (v - mean) ** 2).tolist() for v, c in pieces())) / total)
+    weighted, spread = ExactSum(), ExactSum()
+    for v, c in pieces():
+        weighted.add(v * c)
+    mean = weighted.value / total
+    for v, c in pieces():
+        spread.add(c * (v - mean) ** 2)
+    std = math.sqrt(spread.value / total)
     ranks = {}
     for q in (50, 90, 99):
         h = (total - 1) * q / 100.0
@@ -220,8 +225,8 @@ def distribution(values_ms: np.ndarray, name: str, counts: np.ndarray | None = N
                  np.percentile(values_ms, 90), np.percentile(values_ms, 99))
     else:  # exactly rounded sums: the entries' order (macro-steps or single steps) cannot matter
         total = int(counts.sum())
-        mean = math.fsum((values_ms * counts).tolist()) / total
-        std = math.sqrt(math.fsum((counts * (values_ms - mean) ** 2).tolist()) / total)
+        mean = exact_sum(values_ms * counts) / total
+        std = math.sqrt(exact_sum(counts * (values_ms - mean) ** 2) / total)
         p50, p90, p99 = weighted_percentiles(values_ms, counts, (50, 90, 99))
         stats = (mean, p50, std, p90, p99)
     return {f"{k}_{name}_ms": float(v) for k, v in zip(keys, stats)}
