@@ -2,8 +2,9 @@
 
 The engine writes compact flat buffers: one row per arrived request (`request_log.RequestLog`), one
 row per forward pass (`step_log.StepLog`, a macro-step as one segment), and inter-token gaps as
-(gap, count) pairs (`request_log.GapLog`): every sequence in a decode step that also emitted in the previous step has the same
-gap, the step's duration, so a step contributes one pair instead of one value per sequence.
+(gap, count) pairs (`request_log.GapLog`): every sequence in a decode step that also emitted in
+the previous step has the same gap, the step's duration, so a step contributes one pair instead
+of one value per sequence.
 Percentiles over the pairs are exactly numpy's default (linear) percentiles over the expanded list;
 a large run's pairs are read chunk by chunk (`Gaps.pieces`, `weighted_distribution`), never all at
 once. Integer fields are stored as int32 until a value needs int64 (`step_log.Rows`).
@@ -237,6 +238,8 @@ def median(values: np.ndarray) -> float:
     ones; NaN if any value is NaN), without np.median's NaN check, which imports numpy.ma: 30 to
     40 ms of every `capsim run`."""
     n = len(values)
+    if n == 0:
+        return NAN
     mid = n // 2
     part = np.partition(values, sorted({max(mid - 1, 0), mid, n - 1}))
     if np.isnan(part[-1]):
