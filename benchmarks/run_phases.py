@@ -31,23 +31,17 @@ stamps = {"start": time.time()}
 import capsim.cli as cli
 import capsim.simulation as simulation
 stamps["imported"] = time.time()
-simulate, result = simulation.simulate, simulation._result
+def timed(fn, start, end):
+    def call(*args, **kwargs):
+        stamps[start] = time.time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            stamps[end] = time.time()
+    return call
 
-def timed_simulate(*args, **kwargs):
-    stamps["simulate"] = time.time()
-    try:
-        return simulate(*args, **kwargs)
-    finally:
-        stamps["simulated"] = time.time()
-
-def timed_result(*args, **kwargs):
-    stamps["summary"] = time.time()
-    try:
-        return result(*args, **kwargs)
-    finally:
-        stamps["summarised"] = time.time()
-
-simulation.simulate, simulation._result = timed_simulate, timed_result
+simulation.simulate = timed(simulation.simulate, "simulate", "simulated")
+simulation._result = timed(simulation._result, "summary", "summarised")
 report_fd, entry = int(sys.argv[2]), sys.argv[3]
 sys.argv = ["capsim", "run", sys.argv[1]]
 stamps["main"] = time.time()
