@@ -148,6 +148,23 @@ def test_gemm_efficiency_ramps_with_the_token_count(tiny_model, round_gpu):
     assert cm.gemm_part(6400, 1, 1)[0] == pytest.approx(flat.gemm_part(6400, 1, 1)[0] * 6464 / 6400)
 
 
+def test_attention_for_one_step_and_for_many_steps_is_bit_identical(tiny_model, round_gpu):
+    """step_cost prices attention with attention_part (C doubles once compiled), the step records
+    with attention_arrays (numpy): each entry of the arrays has attention_part's bits, with
+    sliding layers, quantised KV and per-sequence kernel costs in play."""
+    gpu = round_gpu.model_copy(update={"overhead": round_gpu.overhead.model_copy(update={"attention_seq_s": 3e-8})})
+    model = ModelSpec(**dict(TINY_MODEL, num_layers=4, layers={"full": 1, "sliding": 3}, sliding_window_tokens=300))
+    cm = CostModel(model, gpu, FP16, get_format("q8_0"))
+    assert cm.window and cm.kv_sliding_bytes and cm.attention_seq_s and cm.dequant_flops_per_value
+    rng = np.random.default_rng(2)
+    cols = [rng.integers(0, 10**7, size=300) for _ in range(4)] + [rng.integers(1, 4096, size=300),
+                                                                   rng.integers(1, 256, size=300)]
+    arrays = cm.attention_arrays(*[c.astype(np.float64) for c in cols])
+    for i in range(300):
+        one = cm.attention_part(*[int(c[i]) for c in cols])
+        assert one == tuple(float(a[i]) for a in arrays)
+
+
 def test_engine_and_tp_keep_scalar_and_vector_decode_times_bit_identical(tiny_model, round_gpu):
     from capsim.engines import load_engine
 

@@ -94,6 +94,30 @@ class DecodeSteps:
 class CostModel:
     """Prices StepPlans for one (model, GPU, weight format, KV format, mode, engine, TP degree)."""
 
+    # The numbers every step reads, declared so that the compiled engine (setup.py) keeps them as
+    # C doubles and ints: left to inference from untyped setup code they were Python objects, and
+    # pricing one prefill or mixed step took some 14,000 instructions of generic arithmetic.
+    total_weight_bytes: float
+    doc_flops_per_token: float
+    dense_weight_bytes: float
+    moe_layers: int
+    expert_bytes: float
+    body_flops_per_token: float
+    head_flops_per_logit: float
+    state_bytes_per_seq: float
+    kv_values_full: float
+    kv_values_sliding: float
+    kv_full_bytes: float
+    kv_sliding_bytes: float
+    window: int
+    attention_layers: int
+    attn_flops_full: float
+    attn_flops_sliding: float
+    score_bytes_full: float
+    score_bytes_sliding: float
+    dequant_flops_per_value: float
+    attention_seq_s: float
+
     def __init__(
         self,
         model: ModelSpec,
@@ -232,14 +256,32 @@ class CostModel:
 
     # ---------------------------------------------------------------- attention part
 
-    def attention_part(self, ctx_full, ctx_sliding, pairs_full, pairs_sliding, num_tokens, num_seqs=0):
-        """(compute_s, memory_s, flops, bytes) of attention; inputs may be floats or numpy arrays.
+    def attention_part(self, ctx_full: float, ctx_sliding: float, pairs_full: float, pairs_sliding: float,
+                       num_tokens: float, num_seqs: float = 0.0) -> tuple[float, float, float, float]:
+        """(compute_s, memory_s, flops, bytes) of attention in one step.
 
         ctx_*: context positions read from the cache, summed over sequences; pairs_*: (new token,
-        attended position) pairs, summed. Only + - * / and maximum are used, so arrays and scalars
-        round identically. The kernels' fixed cost per sequence and layer sits on the compute
-        side: it overlaps with streaming a long context and shows with short ones.
+        attended position) pairs, summed. The kernels' fixed cost per sequence and layer sits on
+        the compute side: it overlaps with streaming a long context and shows with short ones.
+        attention_arrays is the same expression over numpy arrays of steps: keep the two identical
+        (tests/test_cost_model.py compares their bits).
         """
+        if self.mode == "document":
+            return 0.0, 0.0, 0.0, 0.0
+        read = self.kv_full_bytes * ctx_full + self.kv_sliding_bytes * ctx_sliding
+        read = read + (self.score_bytes_full * pairs_full + self.score_bytes_sliding * pairs_sliding)
+        byts = read + (self.kv_full_bytes + self.kv_sliding_bytes) * num_tokens
+        flops = self.attn_flops_full * pairs_full + self.attn_flops_sliding * pairs_sliding
+        values_read = self.kv_values_full * ctx_full + self.kv_values_sliding * ctx_sliding
+        dequant = self.dequant_flops_per_value * values_read
+        compute_s = flops / (self.eta_attn_fl * self.attn_peak) + dequant / (self.eta_attn_fl * self.vector_peak)
+        compute_s = compute_s + self.attention_seq_s * num_seqs
+        return compute_s, byts / (self.eta_attn_bw * self.bandwidth), flops + dequant, byts
+
+    def attention_arrays(self, ctx_full: np.ndarray, ctx_sliding: np.ndarray, pairs_full: np.ndarray,
+                         pairs_sliding: np.ndarray, num_tokens: np.ndarray, num_seqs: np.ndarray) -> tuple:
+        """attention_part for many steps at once (numpy arrays, one entry per step): the same
+        operations in the same order, so each entry has the bits attention_part gives."""
         if self.mode == "document":
             zero = ctx_full * 0.0
             return zero, zero, zero, zero
@@ -410,7 +452,7 @@ class CostModel:
             by_size[m, 6] = sum(self.fixed_seconds(m * q, m, decode_only=True))
         gc, gm, gf, gb, es, eb, over = np.ascontiguousarray(by_size.T)[:, n]  # each one contiguous
         later = n * (q * (q - 1) // 2)
-        ac, am, af, ab = self.attention_part(ctx_full, ctx_sliding, q * ctx_full + later, q * ctx_sliding, n * q, n)
+        ac, am, af, ab = self.attention_arrays(ctx_full, ctx_sliding, q * ctx_full + later, q * ctx_sliding, n * q, n)
         compute_t = np.where(gc >= gm, gc, 0.0) + np.where(ac >= am, ac, 0.0)
         memory_t = np.where(gm > gc, gm, 0.0) + np.where(am > ac, am, 0.0) + es
         bound = np.where(compute_t >= memory_t, 0, 1).astype(np.int8)
@@ -433,7 +475,8 @@ def _capped_pairs(c0: int, n: int, window: int) -> int:
     return below * c0 + below * (below + 1) // 2 + (n - below) * window
 
 
-def _combine(gc, gm, ac, am, flops, byts, overhead_s, elementwise_s=0.0) -> StepCost:
+def _combine(gc: float, gm: float, ac: float, am: float, flops: float, byts: float, overhead_s: float,
+             elementwise_s: float = 0.0) -> StepCost:
     seconds = max(gc, gm) + max(ac, am) + elementwise_s + overhead_s
     compute_t = (gc if gc >= gm else 0.0) + (ac if ac >= am else 0.0)
     memory_t = (gm if gm > gc else 0.0) + (am if am > ac else 0.0) + elementwise_s
