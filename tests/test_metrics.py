@@ -6,6 +6,7 @@ from capsim import metrics
 from capsim.metrics import (
     distribution,
     median,
+    percentiles,
     summarize,
     values_at_ranks,
     weighted_distribution,
@@ -61,6 +62,19 @@ def test_median_is_numpys_to_the_bit(values, with_nan):
     expected = np.median(a)
     got = median(a)
     assert (np.isnan(got) and np.isnan(expected)) if with_nan else got == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False) | st.sampled_from([0.5, 2.0, 1e300, -1e300]), min_size=1,
+                max_size=40),
+       st.lists(st.sampled_from([0, 1, 10, 37.5, 50, 90, 99, 99.9, 100]), min_size=1, max_size=4),
+       st.sampled_from([None, float("nan"), float("inf"), -float("inf")]))
+def test_percentiles_are_numpys_to_the_bit(values, qs, extra):
+    a = np.array(values + ([] if extra is None else [extra]))
+    got = percentiles(a.copy(), tuple(qs))
+    with np.errstate(invalid="ignore"):  # inf - inf in numpy's interpolation: NaN, as ours
+        expected = [float(np.percentile(a, q)) for q in qs]
+    assert np.array_equal(got, expected, equal_nan=True)
 
 
 def test_distribution_keys_and_empty():

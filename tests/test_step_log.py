@@ -54,6 +54,21 @@ def test_large_runs_are_summarised_in_chunks_and_tabled_per_macro_step(round_gpu
     assert per_macro["duration_s"].sum() == pytest.approx(small.steps["duration_s"].sum(), rel=1e-12)
 
 
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_the_table_is_the_same_whatever_the_expansion_chunk(round_gpu_file, monkeypatch, replicas):
+    """columns() expands decode segments a chunk at a time into rows placed in time order
+    (replica breaking ties); any chunk size gives the same table, in order."""
+    w = workload(round_gpu_file, requests=150, replicas=replicas, arrivals={"kind": "poisson", "rate_per_s": 40.0})
+    whole = simulate(w).steps
+    assert whole["kv_used_units"].dtype == np.int32 and (np.diff(whole["end_s"]) >= 0).all()
+    if replicas > 1:
+        assert whole["replica"].nunique() == replicas
+    for steps in (1, 5, 64):
+        monkeypatch.setattr(step_log, "_EXPAND_STEPS", steps)
+        pd_testing = pytest.importorskip("pandas.testing")
+        pd_testing.assert_frame_equal(simulate(w).steps, whole)
+
+
 def test_step_totals_of_a_frame():
     cols = {"duration_s": np.array([1.0, 3.0]), "num_seqs": np.array([2, 4]), "slots": np.array([8, 8]),
             "kv_held_tokens": np.array([10, 20]), "kv_stored_tokens": np.array([5, 10]), "flops": np.array([1.0, 2.0]),

@@ -222,8 +222,7 @@ def distribution(values_ms: np.ndarray, name: str, counts: np.ndarray | None = N
     if len(values_ms) == 0 or (counts is not None and not counts.sum()):
         return {f"{k}_{name}_ms": 0.0 for k in keys}
     if counts is None:
-        stats = (values_ms.mean(), median(values_ms), values_ms.std(),
-                 np.percentile(values_ms, 90), np.percentile(values_ms, 99))
+        stats = (values_ms.mean(), median(values_ms), values_ms.std(), *percentiles(values_ms, (90, 99)))
     else:  # exactly rounded sums: the entries' order (macro-steps or single steps) cannot matter
         total = int(counts.sum())
         mean = exact_sum(values_ms * counts) / total
@@ -231,6 +230,31 @@ def distribution(values_ms: np.ndarray, name: str, counts: np.ndarray | None = N
         p50, p90, p99 = weighted_percentiles(values_ms, counts, (50, 90, 99))
         stats = (mean, p50, std, p90, p99)
     return {f"{k}_{name}_ms": float(v) for k, v in zip(keys, stats)}
+
+
+def percentiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
+    """np.percentile(values, q) (its default, linear method) of a 1-D array for each q, to the
+    bit: the same virtual index, neighbours and interpolation (numpy's _lerp, whose second form
+    serves t >= 0.5), NaN if any value is NaN; one partition for all q. np.percentile itself
+    calls np.unique, which imports numpy.ma: 20 to 30 ms of every `capsim run`."""
+    n = len(values)
+    if n == 0:
+        return [NAN] * len(qs)
+    spots = []  # (t, lower index, upper index); numpy's index past the end is -1, and t counts from it
+    for q in qs:
+        h = (n - 1) * (q / 100)
+        lo = -1 if h >= n - 1 else math.floor(h)  # q in 0..100, so h >= 0
+        hi = -1 if lo == -1 else lo + 1
+        spots.append((h - lo, lo, hi))
+    part = np.partition(values, sorted({0, n - 1} | {i % n for _, lo, hi in spots for i in (lo, hi)}))
+    if np.isnan(part[-1]):
+        return [NAN] * len(qs)
+    out = []
+    for t, lo, hi in spots:
+        a, b = float(part[lo]), float(part[hi])
+        diff = b - a
+        out.append(b - diff * (1 - t) if t >= 0.5 else a + diff * t)
+    return out
 
 
 def median(values: np.ndarray) -> float:

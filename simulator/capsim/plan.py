@@ -50,7 +50,10 @@ class StepPlan:
 
     @property
     def num_tokens(self) -> int:
-        return sum(self.new_tokens) + self.num_decodes
+        total = self.num_decodes
+        for n in self.new_tokens:  # a loop: compiled, builtins.sum is looked up and called as Python
+            total += n
+        return total
 
     @property
     def num_seqs(self) -> int:

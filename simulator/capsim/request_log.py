@@ -85,8 +85,9 @@ class GapLog:
 
     def __init__(self) -> None:
         self._single = Records(("gap_s", "count", "cls"), ("gap_s",))
-        self._lengths = Rows(1, "i")  # steps of each decode segment; their end times are the StepLog's
-        self._counts: Rows | None = None
+        # Per decode segment: its step count (its end times are the StepLog's), then the
+        # sequences of each class (one row, one C call).
+        self._segments: Rows | None = None
 
     def add(self, gap_s: float, count: int = 1, cls: int = 0) -> None:
         if count:
@@ -95,14 +96,13 @@ class GapLog:
     def add_segment(self, k: int, counts: tuple[int, ...]) -> None:
         """The gaps between the ends of a k-step decode segment (recorded in the StepLog, in the
         same order), each shared by counts[c] sequences of class c."""
-        self._lengths.add((k,))
-        if self._counts is None:
-            self._counts = Rows(len(counts), "i")
-        self._counts.add(counts)
+        if self._segments is None:
+            self._segments = Rows(1 + len(counts), "i")
+        self._segments.add((k, *counts))
 
     def view(self, segment_ends: np.ndarray | None = None) -> Gaps:
         """The gaps, read chunk by chunk; segment_ends: the StepLog's flat segment end times."""
         single = self._single.columns()
-        lengths = self._lengths.matrix()[:, 0].astype(np.int64)
-        counts = self._counts.matrix() if self._counts is not None else np.zeros((0, 1), dtype=np.int32)
+        segments = self._segments.matrix() if self._segments is not None else np.zeros((0, 2), dtype=np.int32)
+        lengths, counts = segments[:, 0].astype(np.int64), segments[:, 1:]
         return Gaps(single, lengths, counts, np.zeros(0) if segment_ends is None else segment_ends)

@@ -80,8 +80,21 @@ class RunningSet:
         return req.id in self._tick0
 
     def partial(self) -> list[Request]:
-        """Running requests that are not decoding (prefill chunks still to go)."""
-        return [r for r in self.order if r.id not in self._tick0] if self.num_decoding < len(self.order) else []
+        """Running requests that are not decoding (prefill chunks still to go), oldest first.
+        They are few and usually the newest, so the scan starts at the newest end and stops once
+        it has them all."""
+        order, tick0 = self.order, self._tick0
+        missing = len(order) - self.num_decoding
+        found: list[Request] = []
+        i = len(order) - 1
+        while missing:
+            req = order[i]
+            if req.id not in tick0:
+                found.append(req)
+                missing -= 1
+            i -= 1
+        found.reverse()
+        return found
 
     # ------------------------------------------------------------------ decoding aggregates
 

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 LARGE_RUN_STEPS = 3_000_000
 CHUNK_SEGMENTS = 25_000  # decode segments read at a time (step totals, gap statistics)
 _TOTALS_ROWS = 100_000  # a large run's sums are taken over this many steps at a time
+# Decode steps expanded at a time by columns(): 15,000 float64 values are 120 KB, below glibc's
+# 128 KiB threshold for giving an allocation its own fresh pages.
+_EXPAND_STEPS = 15_000
 
 
 class Rows:
@@ -179,13 +182,30 @@ class StepLog:
 
     def columns(self, pricer) -> dict[str, np.ndarray]:
         """Every forward pass, in time order, as numpy columns (COLUMNS). `pricer(n, ctx_full,
-        ctx_sliding)` gives the FLOPs, bytes and bound of decode steps (CostModel.decode_detail)."""
-        parts = []
-        if len(self._single):
-            parts.append(self._single_columns())
-        if len(self._segments):
-            parts.append(self._expand(pricer, 0, len(self._segments)))
-        return _ordered(parts, self.COLUMNS, self.DTYPES)
+        ctx_sliding)` gives the FLOPs, bytes and bound of decode steps (CostModel.decode_detail).
+
+        Each column is allocated once, in its final type, and the decode segments are expanded
+        a few thousand steps at a time straight into their rows: the intermediate arrays stay
+        small (cache-sized, and reused from the heap instead of fresh pages from the kernel)."""
+        out = {name: np.empty(self.rows, dtype=dt) for name, dt in zip(self.COLUMNS, self.DTYPES)}
+        if not self.rows:
+            return out
+        single = self._single_columns() if len(self._single) else None
+        seg = self._seg()
+        ks = seg["k"]
+        ends = self.segment_ends
+        row = _rows_in_time_order(single, ends, seg["replica"], ks)  # each step's row: singles, then segment steps
+        if single is not None:
+            for name in self.COLUMNS:
+                out[name][row[:len(single["end_s"])]] = single[name]
+        into = row[len(row) - len(ends):]
+        first = seg["first"]
+        for a, b in _step_chunks(ks, _EXPAND_STEPS):
+            part = self._expand(pricer, a, b)
+            where = into[first[a]:first[b - 1] + int(ks[b - 1])]
+            for name in self.COLUMNS:
+                out[name][where] = part[name]
+        return out
 
     def frame(self, pricer) -> pd.DataFrame:
         """columns() as a DataFrame (the steps table)."""
@@ -286,6 +306,37 @@ class StepLog:
         residues = self._residues.matrix()[a:b].astype(np.int64)
         prefix = np.concatenate((np.zeros((len(residues), 1), dtype=np.int64), np.cumsum(residues, axis=1)), axis=1)
         return (tokens // bs) * n + prefix[which, tokens % bs]
+
+
+def _rows_in_time_order(single: dict | None, ends: np.ndarray, seg_replicas: np.ndarray,
+                        ks: np.ndarray) -> np.ndarray:
+    """The row of the table (time order, replica breaking ties, then single steps before decode
+    steps) of each single step and then each decode step."""
+    n_single = 0 if single is None else len(single["end_s"])
+    times = ends if single is None else np.concatenate((single["end_s"], ends))
+    one_replica = not seg_replicas.any() and (single is None or not single["replica"].any())
+    if one_replica:  # two sorted runs: a stable merge (np.lexsort with equal replicas orders the same)
+        order = np.argsort(times, kind="stable")
+    else:
+        replicas = np.repeat(seg_replicas, ks)
+        if single is not None:
+            replicas = np.concatenate((single["replica"], replicas))
+        order = np.lexsort((replicas, times))
+    row = np.empty(n_single + len(ends), dtype=np.intp)
+    row[order] = np.arange(len(row))
+    return row
+
+
+def _step_chunks(ks: np.ndarray, steps: int) -> list[tuple[int, int]]:
+    """Runs of consecutive segments of about `steps` steps each (a longer segment on its own)."""
+    ends = np.cumsum(ks, dtype=np.int64)
+    chunks, a, n = [], 0, len(ks)
+    while a < n:
+        base = int(ends[a - 1]) if a else 0
+        b = max(a + 1, int(np.searchsorted(ends, base + steps, side="right")))
+        chunks.append((a, min(b, n)))
+        a = b
+    return chunks
 
 
 def _per_step_gain(gained: np.ndarray, j: np.ndarray) -> np.ndarray:
