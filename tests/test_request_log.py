@@ -33,3 +33,19 @@ def test_gap_log_expands_segments():
     assert pieces == sorted((g, n) for g, n, _ in entries)
     class_one = sorted((g, n) for part in view.pieces(1) for g, n in zip(*(a.tolist() for a in part)))
     assert class_one == [(1.0, 1), (2.0, 1)]
+
+def test_gap_log_takes_first_gaps_from_segment_starts_and_step_gaps_from_the_step_log():
+    """A segment added with `first` also has the gap from its start to its first end, and the
+    (gap_s, count) pairs single steps carry join the one-off gaps as class 0: the same entries
+    as recording each of them in the GapLog."""
+    g = GapLog()
+    g.add_segment(2, (3, 1), first=True)  # start 8: gaps 10 - 8 = 2 (3 of class 0, 1 of class 1), then 3
+    g.add_segment(2, (4, 0))  # its first gap recorded elsewhere
+    view = g.view(np.array([10.0, 13.0, 20.0, 25.0]), np.array([8.0, 19.0]), (np.array([0.5]), np.array([6])))
+    entries = sorted(zip(*(a.tolist() for a in view.arrays())))
+    assert entries == [(0.5, 6, 0), (2.0, 1, 1), (2.0, 3, 0), (3.0, 1, 1), (3.0, 3, 0), (5.0, 4, 0)]
+    view.CHUNK_SEGMENTS = view.CHUNK_SINGLE = 1
+    assert sorted((g, n) for part in view.pieces(1) for g, n in zip(*(a.tolist() for a in part))) == [(2.0, 1), (3.0, 1)]
+    with pytest.raises(ValueError):
+        g.view(np.array([10.0, 13.0, 20.0, 25.0]))  # first gaps without the start times
+

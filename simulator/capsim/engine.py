@@ -313,9 +313,10 @@ class Engine:
             self._pull(end)
         gained = running.tokens_ahead(1) if plan.num_decodes else 0
         finished = []
+        emitters = 0
         if plan.num_decodes:
             running.advance(1, end)
-            self._decoder_gaps(rep, now, end)
+            emitters = self._step_gaps(rep, now, end)
             finished = running.finishing()  # decoders with all their tokens at this tick
         cut = running.overshoot(finished)
         prefill = 0
@@ -343,7 +344,7 @@ class Engine:
                        plan.num_tokens - prefill + plan.num_decodes * (gained - 1) - cut,
                        BOUNDS.index(cost.bound), cost.flops, cost.bytes, kv.used_units, kv.held_tokens,
                        rep.stored_tokens - kv.shared_units * kv.block_size, len(rep.waiting), len(plan.preempted),
-                       kv.shared_units)
+                       kv.shared_units, emitters)
         self._release(rep, done, end)
 
     def _fork(self, rep: Replica, parent: Request) -> None:
@@ -382,8 +383,10 @@ class Engine:
         if self._due <= end:
             self._pull(end)
         running.advance(k, end)
-        self._decoder_gaps(rep, now, float(ends[0]))
-        self.gaps.add_segment(k, tuple(running.class_counts))
+        stale = bool(rep.stale)
+        if stale:  # the first step's gaps differ from the segment's: recorded one by one
+            self._decoder_gaps(rep, now, float(ends[0]))
+        self.gaps.add_segment(k, tuple(running.class_counts), first=not stale)
         done = running.finishing()
         cut = running.overshoot(done)
         rep.stored_tokens += n * gained - cut
@@ -412,6 +415,18 @@ class Engine:
             # SimPy's run(until=h) stops before events at h, so only steps ending before h count.
             k = min(k, bisect_left(ends, self.horizon_s))
         return k
+
+    def _step_gaps(self, rep: Replica, start: float, end: float) -> int:
+        """The decoders' tokens of a general step, as _decoder_gaps records them, except that with
+        one request class the gap they share is returned for the step's record to carry (its
+        duration is that gap): one record instead of two."""
+        if self.num_classes != 1:
+            self._decoder_gaps(rep, start, end)
+            return 0
+        counts = rep.running.class_counts
+        if rep.stale:
+            counts = self._stale_gaps(rep, end, list(counts))
+        return counts[0]
 
     def _decoder_gaps(self, rep: Replica, start: float, end: float) -> None:
         """The decoders' tokens of one step ending at `end`: one gap for all that emitted at

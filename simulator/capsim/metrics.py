@@ -62,10 +62,14 @@ class Gaps:
     CHUNK_SEGMENTS = CHUNK_SEGMENTS  # decode segments a chunk, as the step log's (about 150K gaps)
     CHUNK_SINGLE = 250_000  # one-off gaps a chunk
 
-    def __init__(self, single: dict[str, np.ndarray], lengths: np.ndarray, counts: np.ndarray, ends: np.ndarray) -> None:
+    def __init__(self, single: dict[str, np.ndarray], lengths: np.ndarray, counts: np.ndarray, ends: np.ndarray,
+                 firsts: np.ndarray | None = None, starts: np.ndarray | None = None) -> None:
         """single: gap_s, count, cls of one-off gaps; lengths: steps of each decode segment;
-        counts: its sequences of each class (segments x classes); ends: the segments' end times."""
+        counts: its sequences of each class (segments x classes); ends: the segments' end times;
+        firsts: segments whose first step's gap (from `starts`, their start times) is theirs too."""
         self._single, self._lengths, self._counts, self._ends = single, lengths, counts, ends
+        self._firsts = firsts if firsts is not None and firsts.any() else None
+        self._starts = starts
         self._offsets = np.concatenate(([0], np.cumsum(lengths)))  # first end of each segment
 
     @property
@@ -89,12 +93,19 @@ class Gaps:
             keep = np.ones(max(len(ends) - 1, 0), dtype=bool)
             keep[(np.cumsum(ks) - 1)[:-1]] = False  # the jump from one segment to the next is no gap
             gaps = np.diff(ends)[keep]
+            flagged = None if self._firsts is None else self._firsts[a:b]
+            if flagged is not None and flagged.any():
+                assert self._starts is not None  # GapLog.view requires them with first gaps
+                first_gaps = ends[(self._offsets[a:b] - self._offsets[a])[flagged]] - self._starts[a:b][flagged]
             for c in classes:
                 if c >= self._counts.shape[1]:
                     continue
                 per_gap = np.repeat(self._counts[a:b, c].astype(np.int64), ks - 1)
                 mask = per_gap > 0
                 yield gaps[mask], per_gap[mask]
+                if flagged is not None and flagged.any():
+                    per_first = self._counts[a:b, c][flagged].astype(np.int64)
+                    yield first_gaps[per_first > 0], per_first[per_first > 0]
 
     def arrays(self, cls: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every (gap_s, count, class) entry at once (small runs and tests)."""

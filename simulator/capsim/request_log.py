@@ -93,16 +93,28 @@ class GapLog:
         if count:
             self._single.add((gap_s,), (count, cls))
 
-    def add_segment(self, k: int, counts: tuple[int, ...]) -> None:
+    def add_segment(self, k: int, counts: tuple[int, ...], first: bool = False) -> None:
         """The gaps between the ends of a k-step decode segment (recorded in the StepLog, in the
-        same order), each shared by counts[c] sequences of class c."""
+        same order), each shared by counts[c] sequences of class c; with `first`, also the gap
+        from the segment's start to its first end, shared the same way."""
         if self._segments is None:
-            self._segments = Rows(1 + len(counts), "i")
-        self._segments.add((k, *counts))
+            self._segments = Rows(2 + len(counts), "i")
+        self._segments.add((k, 1 if first else 0, *counts))
 
-    def view(self, segment_ends: np.ndarray | None = None) -> Gaps:
-        """The gaps, read chunk by chunk; segment_ends: the StepLog's flat segment end times."""
+    def view(self, segment_ends: np.ndarray | None = None, segment_starts: np.ndarray | None = None,
+             step_gaps: tuple[np.ndarray, np.ndarray] | None = None) -> Gaps:
+        """The gaps, read chunk by chunk. From the StepLog: its flat segment end times, its
+        segments' start times (for segments added with `first`) and the (gap_s, count) pairs its
+        single steps carry (class 0: the engine leaves them there with one class only)."""
         single = self._single.columns()
-        segments = self._segments.matrix() if self._segments is not None else np.zeros((0, 2), dtype=np.int32)
-        lengths, counts = segments[:, 0].astype(np.int64), segments[:, 1:]
-        return Gaps(single, lengths, counts, np.zeros(0) if segment_ends is None else segment_ends)
+        if step_gaps is not None and len(step_gaps[0]):
+            gap_s, count = step_gaps
+            single = {"gap_s": np.concatenate((single["gap_s"], gap_s)),
+                      "count": np.concatenate((single["count"], count)),
+                      "cls": np.concatenate((single["cls"], np.zeros(len(gap_s), dtype=single["cls"].dtype)))}
+        segments = self._segments.matrix() if self._segments is not None else np.zeros((0, 3), dtype=np.int32)
+        lengths, firsts, counts = segments[:, 0].astype(np.int64), segments[:, 1].astype(bool), segments[:, 2:]
+        if firsts.any() and segment_starts is None:
+            raise ValueError("segments with a first gap need the StepLog's segment start times")
+        ends = np.zeros(0) if segment_ends is None else segment_ends
+        return Gaps(single, lengths, counts, ends, firsts, segment_starts)

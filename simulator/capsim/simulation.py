@@ -314,7 +314,7 @@ def _result(setup: Setup, engine: Engine, end_s: float) -> RunResult:
         steps = log.columns(cm.decode_detail)
         totals = step_totals(steps)
         step_table = partial(_step_table, partial(dict, steps))
-    gaps = engine.gaps.view(log.segment_ends)
+    gaps = engine.gaps.view(log.segment_ends, log.segment_starts, log.decoder_gaps())
     class_names, reasons = engine.stream.class_names, engine.requests.reject_reasons
     summary = summarize(
         requests, totals, gaps, duration_s=end_s, peak_flops=cm.peak, bandwidth_bytes_per_s=cm.bandwidth,

@@ -111,7 +111,9 @@ class StepLog:
         self.paged = paged  # blocks grow with the tokens (contiguous reservations do not)
         self.schedule = schedule  # tokens a decoder gains per step (None: one; see capsim.speculative)
         self.rows = 0
-        self._single = Records(self.COLUMNS, self._FLOATS)
+        # Single steps also carry `emitters`: decoders whose shared inter-token gap is the step's
+        # duration (the engine leaves it out of the GapLog then; decoder_gaps() hands it over).
+        self._single = Records(self.COLUMNS + ("emitters",), self._FLOATS)
         self._segments = Records(self._SEG, ("start",))
         self._first: np.ndarray | None = None  # each segment's first index into _ends (see _seg)
         self._ends = bytearray()  # every segment's step end times, flat (float64)
@@ -132,11 +134,13 @@ class StepLog:
         return np.frombuffer(self._ends, dtype=np.float64)
 
     def add(self, end_s, duration_s, replica, num_seqs, slots, prefill_tokens, decode_tokens, bound, flops, bytes_,
-            kv_used_units, kv_held_tokens, kv_stored_tokens, waiting, preempted, kv_shared_units) -> None:
-        """One step, the values in COLUMNS order."""
+            kv_used_units, kv_held_tokens, kv_stored_tokens, waiting, preempted, kv_shared_units,
+            emitters: int = 0) -> None:
+        """One step, the values in COLUMNS order; `emitters`: decoders that emitted together at
+        the step's start and again at its end (their gap is its duration; see decoder_gaps)."""
         self._single.add((end_s, duration_s, flops, bytes_),
                          (replica, num_seqs, slots, prefill_tokens, decode_tokens, bound, kv_used_units,
-                          kv_held_tokens, kv_stored_tokens, waiting, preempted, kv_shared_units))
+                          kv_held_tokens, kv_stored_tokens, waiting, preempted, kv_shared_units, emitters))
         self.rows += 1
 
     def add_segment(self, ends, start_s: float, replica: int, num_seqs: int, slots: int, used0: int,
@@ -168,6 +172,18 @@ class StepLog:
                                          cut_last))
         self._residues.add(residues or self._no_residues)
         self.rows += k
+
+    def decoder_gaps(self) -> tuple[np.ndarray, np.ndarray]:
+        """(gap_s, count) of the inter-token gaps single steps carry: each step's duration,
+        shared by its `emitters` (GapLog.view takes them with the rest)."""
+        single = self._single.columns()
+        carried = single["emitters"] > 0
+        return single["duration_s"][carried], single["emitters"][carried]
+
+    @property
+    def segment_starts(self) -> np.ndarray:
+        """Each decode segment's start time (its first step's gap begins there)."""
+        return self._seg()["start"].copy()
 
     def _seg(self) -> dict[str, np.ndarray]:
         """The segments' columns (views: not kept, or the buffers could not grow), plus `first`:
