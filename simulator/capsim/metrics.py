@@ -93,17 +93,17 @@ class Gaps:
             keep = np.ones(max(len(ends) - 1, 0), dtype=bool)
             keep[(np.cumsum(ks) - 1)[:-1]] = False  # the jump from one segment to the next is no gap
             gaps = np.diff(ends)[keep]
-            flagged = None if self._firsts is None else self._firsts[a:b]
-            if flagged is not None and flagged.any():
-                assert self._starts is not None  # GapLog.view requires them with first gaps
-                first_gaps = ends[(self._offsets[a:b] - self._offsets[a])[flagged]] - self._starts[a:b][flagged]
+            # segments whose first gap (start to first end) is theirs: that gap, per segment
+            flagged = np.zeros(b - a, dtype=bool) if self._firsts is None else self._firsts[a:b]
+            first_gaps = ends[(self._offsets[a:b] - self._offsets[a])[flagged]] - self._starts[a:b][flagged] \
+                if flagged.any() else np.zeros(0)
             for c in classes:
                 if c >= self._counts.shape[1]:
                     continue
                 per_gap = np.repeat(self._counts[a:b, c].astype(np.int64), ks - 1)
                 mask = per_gap > 0
                 yield gaps[mask], per_gap[mask]
-                if flagged is not None and flagged.any():
+                if len(first_gaps):
                     per_first = self._counts[a:b, c][flagged].astype(np.int64)
                     yield first_gaps[per_first > 0], per_first[per_first > 0]
 

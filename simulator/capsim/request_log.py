@@ -81,12 +81,14 @@ class RequestLog:
 class GapLog:
     """Inter-token latencies as (gap_s, count, request class) entries. A macro-step adds one
     segment: its step end times, every gap between them shared by `counts[c]` sequences of each
-    class. Entry order does not matter: statistics over them are order-independent."""
+    class. Gaps the StepLog already holds are not copied here (view() takes them from it): a
+    segment's first gap, and with one class the gap decoders share in a general step. Entry
+    order does not matter: statistics over them are order-independent."""
 
     def __init__(self) -> None:
         self._single = Records(("gap_s", "count", "cls"), ("gap_s",))
-        # Per decode segment: its step count (its end times are the StepLog's), then the
-        # sequences of each class (one row, one C call).
+        # Per decode segment, one row: its step count (its end times are the StepLog's), 1 if its
+        # first gap (from its start, also the StepLog's) is its own, then its sequences per class.
         self._segments: Rows | None = None
 
     def add(self, gap_s: float, count: int = 1, cls: int = 0) -> None:
