@@ -2,7 +2,7 @@
 
 `pip install .` compiles the simulator's event loop (the modules in COMPILED) to C with mypyc, the
 compiler that ships with mypy: the same source and the same results (tests/test_compiled.py
-checks them record for record), runs about 2.5 times faster. Where that cannot be done (no C
+checks them record for record), runs about three times faster. Where that cannot be done (no C
 compiler, mypyc missing, a type error) the package installs as plain Python, with a warning, and
 works the same, only slower. An editable install (`pip install -e .`) is never compiled, so an
 edit takes effect without rebuilding; `CAPSIM_PURE_PYTHON=1 pip install .` skips compiling too.
@@ -45,7 +45,7 @@ MYPY_FLAGS = ["--ignore-missing-imports", "--follow-imports=silent"]
 
 
 def _warn(why: str) -> None:
-    print(f"capsim: installing the plain-Python engine ({why}); runs are about 2.5x slower.", file=sys.stderr)
+    print(f"capsim: installing the plain-Python engine ({why}); runs are about three times slower.", file=sys.stderr)
 
 
 class OptionalBuildExt(build_ext):
