@@ -247,7 +247,7 @@ def percentiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
     """np.percentile(values, q) (its default, linear method) of a 1-D array for each q, to the
     bit: the same virtual index, neighbours and interpolation (numpy's _lerp, whose second form
     serves t >= 0.5), NaN if any value is NaN; one partition for all q. np.percentile itself
-    calls np.unique, which imports numpy.ma: 20 to 30 ms of every `capsim run`."""
+    calls np.unique, which imports numpy.ma on first use: a cost every fresh `capsim run` paid."""
     n = len(values)
     if n == 0:
         return [NAN] * len(qs)
