@@ -69,6 +69,41 @@ def test_the_table_is_the_same_whatever_the_expansion_chunk(round_gpu_file, monk
         pd_testing.assert_frame_equal(simulate(w).steps, whole)
 
 
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_the_per_macro_step_table_is_the_same_in_any_number_of_parts(round_gpu_file, monkeypatch, replicas):
+    """A large run's table comes a chunk of macro-steps at a time, merged with the single steps
+    among them (steps.csv is written part by part); any chunk size gives the same rows, in time
+    order with replica breaking ties."""
+    pd_testing = pytest.importorskip("pandas.testing")
+    monkeypatch.setattr(step_log, "LARGE_RUN_STEPS", 10)
+    w = workload(round_gpu_file, requests=150, replicas=replicas, arrivals={"kind": "poisson", "rate_per_s": 40.0})
+    r = simulate(w)
+    whole = r.steps
+    assert r.steps_per_row and whole["steps"].sum() == r.summary["num_steps"] and (whole["steps"] == 1).any()
+    end, rep = whole["end_s"].to_numpy(), whole["replica"].to_numpy()
+    assert ((end[1:] > end[:-1]) | ((end[1:] == end[:-1]) & (rep[1:] >= rep[:-1]))).all()
+    for size in (1, 7, 10**6):
+        monkeypatch.setattr(step_log, "CHUNK_SEGMENTS", size)
+        again = simulate(w)
+        pd_testing.assert_frame_equal(again.steps, whole)
+        parts = list(again._step_parts())
+        assert len(parts) >= min(len(whole), 2 if size == 1 else 1)
+        assert sum(len(p["end_s"]) for p in parts) == len(whole)
+
+
+def test_parts_put_single_steps_first_among_rows_that_end_together(monkeypatch):
+    log = StepLog(block_size=4)
+    for end, replica in ((1.0, 1), (1.0, 0), (2.0, 0)):  # single steps, replica 1 recorded first
+        log.add(end, 0.5, replica, 1, 8, 4, 0, 0, 1.0, 1.0, 1, 4, 4, 0, 0, 0)
+    for ends, replica in (([0.75, 1.0], 1), ([0.8, 1.0], 0), ([1.5, 2.0], 0)):
+        log.add_segment(ends, ends[0] - 0.25, replica, 2, 8, 3, (0, 0, 0, 0), 10, 0, 10, 0, 0)
+    for size in (1, 2, 10):
+        monkeypatch.setattr(step_log, "CHUNK_SEGMENTS", size)
+        table = log.segment_columns(_pricer)
+        rows = list(zip(table["end_s"].tolist(), table["replica"].tolist(), table["steps"].tolist()))
+        assert rows == [(1.0, 0, 1), (1.0, 0, 2), (1.0, 1, 1), (1.0, 1, 2), (2.0, 0, 1), (2.0, 0, 2)]
+
+
 def test_step_totals_of_a_frame():
     cols = {"duration_s": np.array([1.0, 3.0]), "num_seqs": np.array([2, 4]), "slots": np.array([8, 8]),
             "kv_held_tokens": np.array([10, 20]), "kv_stored_tokens": np.array([5, 10]), "flops": np.array([1.0, 2.0]),

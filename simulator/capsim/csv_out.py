@@ -17,7 +17,7 @@ categorical writes) and `MaybeInts` (integers with missing ones empty: pandas' n
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
@@ -63,13 +63,20 @@ Column = np.ndarray | Labels | MaybeInts
 
 def write_table(columns: Mapping[str, Column], fh: TextIO) -> None:
     """Write the columns (all of one length) as CSV with a header line, as pandas would."""
+    write_parts([columns], fh, tuple(columns))
+
+
+def write_parts(parts: Iterable[Mapping[str, Column]], fh: TextIO, names: Sequence[str]) -> None:
+    """Write tables with the columns `names` one after another as one CSV, the header once: a
+    table too large to hold whole is written as it is made."""
     end = os.linesep
-    fh.write(",".join(_quote(str(name)) for name in columns) + end)
-    rows = len(next(iter(columns.values()))) if columns else 0
-    for start in range(0, rows, ROWS_PER_CHUNK):
-        part = slice(start, start + ROWS_PER_CHUNK)
-        fields = [_fields(col[part]) for col in columns.values()]
-        fh.write(end.join(map(",".join, zip(*fields))) + end)
+    fh.write(",".join(_quote(str(name)) for name in names) + end)
+    for columns in parts:
+        rows = len(columns[names[0]]) if names else 0
+        for start in range(0, rows, ROWS_PER_CHUNK):
+            part = slice(start, start + ROWS_PER_CHUNK)
+            fields = [_fields(columns[name][part]) for name in names]
+            fh.write(end.join(map(",".join, zip(*fields))) + end)
 
 
 def as_dataframe(columns: Mapping[str, Column], text: tuple[str, ...] = (),

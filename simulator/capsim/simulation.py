@@ -8,7 +8,7 @@ from __future__ import annotations
 import gc
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -20,7 +20,7 @@ import numpy as np
 from capsim import config as C
 from capsim.catalog import load_hardware, load_model
 from capsim.cost_model import CostModel
-from capsim.csv_out import Column, Labels, as_dataframe, write_table
+from capsim.csv_out import Column, Labels, as_dataframe, write_parts, write_table
 from capsim.engine import Engine
 from capsim.engines import EngineProfile, load_engine
 from capsim.errors import CapsimError
@@ -40,7 +40,7 @@ from capsim.replica import Replica, SwapSpace
 from capsim.running import RunningSet
 from capsim.schedulers import SCHEDULERS
 from capsim.speculative import TokenSchedule
-from capsim.step_log import step_totals
+from capsim.step_log import STEP_COLUMNS, step_totals
 from capsim.workload import build_stream
 from capsim.workload_schema import WorkloadConfig
 
@@ -78,6 +78,7 @@ class RunResult:
     gaps: Gaps = field(repr=False)  # inter-token gaps, read in chunks (Gaps.pieces, Gaps.arrays)
     _request_table: Callable[[], dict[str, Column]] = field(repr=False)  # csv_out columns
     _step_table: Callable[[], dict[str, Column]] = field(repr=False)
+    _step_parts: Callable[[], Iterable[dict[str, Column]]] = field(repr=False)  # the same rows, a part at a time
     steps_per_row: bool = False  # True when the step table has one row per macro-step (column `steps`)
     _requests: pd.DataFrame | None = field(default=None, repr=False)
     _steps: pd.DataFrame | None = field(default=None, repr=False)
@@ -102,8 +103,9 @@ class RunResult:
 
     def write(self, out_dir: Path) -> list[Path]:
         """summary.json, requests.csv, steps.csv (one row per forward pass, or per macro-step for
-        very large runs: then the file starts with a '#' line saying so) under out_dir. The CSVs
-        are the text pandas' to_csv writes for these tables (capsim.csv_out)."""
+        very large runs: then the file starts with a '#' line saying so, and the table is written
+        a chunk of macro-steps at a time, never held whole) under out_dir. The CSVs are the text
+        pandas' to_csv writes for these tables (capsim.csv_out)."""
         out_dir.mkdir(parents=True, exist_ok=True)
         paths = [out_dir / "summary.json", out_dir / "requests.csv", out_dir / "steps.csv"]
         paths[0].write_text(self.summary_json())
@@ -113,7 +115,7 @@ class RunResult:
             if self.steps_per_row:
                 fh.write("# capsim: one row per macro-step (its last pass's state; duration, tokens, FLOPs and "
                          "bytes summed over the `steps` forward passes it holds)" + os.linesep)
-            write_table(self._step_table(), fh)
+            write_parts(self._step_parts(), fh, STEP_COLUMNS + (("steps",) if self.steps_per_row else ()))
         return paths
 
 
@@ -310,10 +312,12 @@ def _result(setup: Setup, engine: Engine, end_s: float) -> RunResult:
     if log.large:  # summarise in chunks; the table gets one row per macro-step, when asked for
         totals = log.totals(cm.decode_detail)
         step_table = partial(_step_table, partial(log.segment_columns, cm.decode_detail))
+        step_parts = partial(_step_parts, partial(log.segment_parts, cm.decode_detail))
     else:
         steps = log.columns(cm.decode_detail)
         totals = step_totals(steps)
         step_table = partial(_step_table, partial(dict, steps))
+        step_parts = partial(_step_parts, partial(list, [steps]))
     gaps = engine.gaps.view(log.segment_ends, log.segment_starts, log.decoder_gaps())
     class_names, reasons = engine.stream.class_names, engine.requests.reject_reasons
     summary = summarize(
@@ -330,14 +334,21 @@ def _result(setup: Setup, engine: Engine, end_s: float) -> RunResult:
     summary.update(_feature_stats(setup, engine, totals, requests))
     summary["setup"] = describe(setup)
     return RunResult(setup, summary, gaps, partial(request_table, requests, class_names, reasons), step_table,
-                     steps_per_row=log.large, events=engine.events)
+                     step_parts, steps_per_row=log.large, events=engine.events)
 
 
 def _step_table(columns: Callable[[], dict[str, np.ndarray]]) -> dict[str, Column]:
     """The step log's columns with `bound` as names (steps.csv)."""
-    table = columns()
-    table["bound"] = Labels(table["bound"], BOUND_NAMES)
-    return table
+    return _bound_named(columns())
+
+
+def _step_parts(parts: Callable[[], Iterable[dict[str, np.ndarray]]]) -> Iterator[dict[str, Column]]:
+    """The same rows a part at a time (a large run's steps.csv is written as it is made)."""
+    return map(_bound_named, parts())
+
+
+def _bound_named(table: dict[str, np.ndarray]) -> dict[str, Column]:
+    return {**table, "bound": Labels(table["bound"], BOUND_NAMES)}
 
 
 def _feature_stats(setup: Setup, engine: Engine, totals: dict, requests: dict[str, np.ndarray]) -> dict:

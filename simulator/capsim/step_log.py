@@ -4,13 +4,14 @@ A single step is one row of numbers. A macro-step is one segment: its step end t
 numbers every per-step value follows from (batch, context, blocks, tokens). `columns()` expands
 all rows at once, vectorised, in time order (`frame()`: the same as a DataFrame). A run with more
 than LARGE_RUN_STEPS forward passes is summarised chunk by chunk instead (`totals`), and its steps
-table has one row per macro-step (`segment_columns`, column `steps`), so a million-request run stays
-within memory.
+table has one row per macro-step (`segment_columns`, column `steps`; `segment_parts` gives it a
+chunk at a time, for steps.csv), so a million-request run stays within memory.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -94,10 +95,15 @@ class Records:
         return {name: out[name] for name in self.fields}
 
 
+# The steps table's columns (a per-macro-step table adds `steps`). Module-level so that plain
+# Python can read them: compiled, StepLog's class attributes are descriptors on the class.
+STEP_COLUMNS = ("end_s", "duration_s", "replica", "num_seqs", "slots", "prefill_tokens", "decode_tokens", "bound",
+                "flops", "bytes", "kv_used_units", "kv_held_tokens", "kv_stored_tokens", "waiting", "preempted",
+                "kv_shared_units")
+
+
 class StepLog:
-    COLUMNS = ("end_s", "duration_s", "replica", "num_seqs", "slots", "prefill_tokens", "decode_tokens",
-               "bound", "flops", "bytes", "kv_used_units", "kv_held_tokens", "kv_stored_tokens", "waiting",
-               "preempted", "kv_shared_units")
+    COLUMNS = STEP_COLUMNS
     DTYPES = (np.float64, np.float64, np.int16, np.int32, np.int32, np.int32, np.int32, np.int8, np.float64,
               np.float64, np.int32, np.int64, np.int64, np.int32, np.int16, np.int32)
     _FLOATS = ("end_s", "duration_s", "flops", "bytes")
@@ -229,15 +235,35 @@ class StepLog:
 
     def segment_columns(self, pricer) -> dict[str, np.ndarray]:
         """One row per single step and one per macro-step (its last step's state; duration,
-        tokens, FLOPs and bytes summed; `steps` forward passes in the row)."""
-        parts = []
-        if len(self._single):
-            parts.append(self._single_columns() | {"steps": np.ones(len(self._single), dtype=np.int64)})
+        tokens, FLOPs and bytes summed; `steps` forward passes in the row): segment_parts joined."""
+        return _joined(list(self.segment_parts(pricer)), self.COLUMNS + ("steps",), self.DTYPES + (np.int64,))
+
+    def segment_parts(self, pricer) -> Iterator[dict[str, np.ndarray]]:
+        """segment_columns' rows in time order (replica breaking ties, single steps before
+        macro-steps), a chunk of macro-steps at a time with the single steps that fall among
+        them, so the whole table never exists at once: steps.csv of a million requests is
+        written from these. Both kinds of record are appended as their steps end, so each is in
+        time order already; the parts are a merge of the two."""
         columns, dtypes = self.COLUMNS + ("steps",), self.DTYPES + (np.int64,)
-        for a, b in self._chunks():
-            part = _per_segment(self._expand(pricer, a, b), self._seg()["k"][a:b].astype(np.int64))
-            parts.append({name: part[name].astype(dt, copy=False) for name, dt in zip(columns, dtypes)})
-        return _ordered(parts, columns, dtypes)
+        single: dict[str, np.ndarray] = {}
+        if len(self._single):
+            single = _sorted(self._single_columns() | {"steps": np.ones(len(self._single), dtype=np.int64)})
+        n_single = len(self._single)
+        seg = self._seg()
+        ks = seg["k"].astype(np.int64)
+        last_end = self.segment_ends[seg["first"] + ks - 1] if len(ks) else np.zeros(0)
+        if (np.diff(last_end) < 0).any():
+            raise RuntimeError("macro-steps were recorded out of time order (a capsim bug)")
+        taken = 0  # single steps already in a part
+        for a, b in _tie_chunks(last_end, CHUNK_SEGMENTS):
+            part = _per_segment(self._expand(pricer, a, b), ks[a:b])
+            part = _sorted({name: part[name].astype(dt, copy=False) for name, dt in zip(columns, dtypes)})
+            before = _rows_at_or_before(single, part) if n_single else np.zeros(b - a, dtype=np.int64)
+            upto = n_single if b == len(ks) else int(before[-1])
+            yield _merged(single, taken, upto, part, before - taken)
+            taken = upto
+        if not len(ks) and n_single:
+            yield single
 
     def totals(self, pricer) -> dict:
         """The sums the summary needs (step_totals), over every forward pass; large runs in chunks."""
@@ -363,15 +389,67 @@ def _per_step_gain(gained: np.ndarray, j: np.ndarray) -> np.ndarray:
     return step
 
 
-def _ordered(parts: list[dict], columns: tuple, dtypes: tuple) -> dict[str, np.ndarray]:
-    """The parts' rows as one table in time order (replica breaks ties). Built a column at a
-    time, each part's copy of a column popped once it is joined (the parts end up empty), so a
-    million-request run's table never exists three times over."""
+def _joined(parts: list[dict], columns: tuple, dtypes: tuple) -> dict[str, np.ndarray]:
+    """The parts' rows as one table, built a column at a time, each part's copy of a column
+    popped once it is joined (the parts end up empty), so a million-request run's table never
+    exists twice over."""
     if not parts:
         return {name: np.zeros(0, dtype=dt) for name, dt in zip(columns, dtypes)}
-    order = np.lexsort((np.concatenate([p["replica"] for p in parts]), np.concatenate([p["end_s"] for p in parts])))
-    return {name: np.concatenate([p.pop(name) for p in parts]).astype(dt, copy=False)[order]
-            for name, dt in zip(columns, dtypes)}
+    return {name: np.concatenate([p.pop(name) for p in parts]) for name in columns}
+
+
+def _sorted(table: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The rows in time order, replica breaking ties (stable: equal keys keep their order)."""
+    end, replica = table["end_s"], table["replica"]
+    if ((end[1:] > end[:-1]) | ((end[1:] == end[:-1]) & (replica[1:] >= replica[:-1]))).all():
+        return table
+    order = np.lexsort((replica, end))
+    return {name: col[order] for name, col in table.items()}
+
+
+def _tie_chunks(last_end: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """Runs of about `size` segments, never splitting segments that end at the same time (their
+    order, by replica, is settled within one run)."""
+    chunks, a, n = [], 0, len(last_end)
+    while a < n:
+        b = min(a + size, n)
+        while b < n and last_end[b] == last_end[b - 1]:
+            b += 1
+        chunks.append((a, b))
+        a = b
+    return chunks
+
+
+def _rows_at_or_before(single: dict[str, np.ndarray], part: dict[str, np.ndarray]) -> np.ndarray:
+    """For each row of `part`, how many single steps come before it: those ending earlier, or
+    at the same time on a replica numbered no higher (both tables sorted that way)."""
+    s_end, end = single["end_s"], part["end_s"]
+    low = np.searchsorted(s_end, end, side="left")
+    high = np.searchsorted(s_end, end, side="right")
+    count = low.astype(np.int64)
+    s_replica, replica = single["replica"], part["replica"]
+    for i in np.flatnonzero(high > low).tolist():  # same end time (with several replicas): by replica
+        count[i] += int(np.searchsorted(s_replica[low[i]:high[i]], replica[i], side="right"))
+    return count
+
+
+def _merged(single: dict[str, np.ndarray], taken: int, upto: int, part: dict[str, np.ndarray],
+            before: np.ndarray) -> dict[str, np.ndarray]:
+    """Single steps taken..upto-1 and the rows of `part` in one table; `before[i]`: how many of
+    those single steps come before part's row i."""
+    if upto == taken:
+        return part
+    rows = len(before)
+    at = np.arange(rows) + before  # each part row's place in the merged table
+    is_single = np.ones(rows + upto - taken, dtype=bool)
+    is_single[at] = False
+    out = {}
+    for name, col in part.items():
+        merged = np.empty(len(is_single), dtype=col.dtype)
+        merged[at] = col
+        merged[is_single] = single[name][taken:upto]
+        out[name] = merged
+    return out
 
 
 def as_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
