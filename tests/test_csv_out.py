@@ -102,3 +102,17 @@ def test_a_runs_files_are_what_pandas_writes_for_its_tables(tmp_path):
         frame.to_csv(expected, index=False)
         assert path.read_text() == expected.getvalue()
         assert path.read_text().count("\n") == len(frame) + 1
+
+
+def test_parts_written_one_after_another_make_the_whole_table():
+    # A large run's steps.csv is written a part at a time (write_parts): one header, then each
+    # part's rows, the same text as the joined table; an empty part adds nothing.
+    values = _floats()
+    labels = Labels(np.arange(len(values)) % 3 - 1, BOUND_NAMES)
+    table = {"x": values, "n": np.arange(len(values), dtype=np.int32), "bound": labels}
+    cuts = [0, 5, 5, 2500, len(values)]
+    parts = [{name: col[a:b] for name, col in table.items()} for a, b in zip(cuts, cuts[1:])]
+    whole, pieces = io.StringIO(), io.StringIO()
+    write_table(table, whole)
+    csv_out.write_parts(parts, pieces, tuple(table))
+    assert pieces.getvalue() == whole.getvalue() and pieces.getvalue().count("\n") == len(values) + 1
