@@ -47,7 +47,8 @@ def _device(args: argparse.Namespace) -> str:
     return device
 
 
-def _progress(started: float):
+def progress_printer(started: float):
+    """A progress callback that prints a line at most every 5 s (and at the end)."""
     last = [0.0]
 
     def report(done: int, total: int, label: str) -> None:
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"capsim calibration: device={device} backend={args.backend} deadline={args.deadline_s}s "
           f"python={platform.python_version()} {versions()}", flush=True)
     result = calibrate(device, args.backend, args.out, quick=args.quick, deadline_s=args.deadline_s,
-                       tiny=args.tiny, base_gpu=args.base_gpu, progress=_progress(started))
+                       tiny=args.tiny, base_gpu=args.base_gpu, progress=progress_printer(started))
     summary = {
         "profile": result.profile_path.name, "raw_data": result.raw_data_path.name,
         "points_measured": result.points_measured, "points_planned": result.points_planned,

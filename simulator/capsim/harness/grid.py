@@ -159,6 +159,8 @@ def point_label(point: dict) -> str:
         return f"prefill b={point['batch']} len={point['context_tokens']}"
     if fam == "gemm":
         return f"gemm {point['shape']} M={point['m']} {point['dtype']}"
+    if fam in ("forward", "attention"):  # whole steps (capsim.harness.forward_run)
+        return f"{fam} {point.get('backend', '')} {point['kind']} seqs={point['batch']} tokens={point['num_tokens']}"
     return f"micro {point['kind']}"
 
 

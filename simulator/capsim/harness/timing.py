@@ -31,6 +31,7 @@ class Timing:
     min_s: float
     max_s: float
     reps: int
+    samples_s: tuple[float, ...] = ()  # every repetition's time, in order
 
 
 @contextmanager
@@ -89,7 +90,7 @@ def time_calls(fn: Callable[[int], object], device: str, *, warmup: int = 3, rep
             t0 = time.perf_counter()
             fn(i)
             samples.append(time.perf_counter() - t0)
-    return Timing(statistics.median(samples), min(samples), max(samples), reps)
+    return Timing(statistics.median(samples), min(samples), max(samples), reps, tuple(samples))
 
 
 def copy_bandwidth(device: str, nbytes: int, reps: int = 10) -> tuple[float, Timing]:
