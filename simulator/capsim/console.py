@@ -87,13 +87,14 @@ def csv_table(columns: list[str], rows: list[list]) -> str:
 
 
 def rich_table(title: str, columns: list[str], rows: list[list], caption: str | None = None):
-    """A Rich table (text columns left, numbers right; ints with thousands separators)."""
+    """A Rich table (text columns left, numbers right; ints with thousands separators). Cells fold
+    rather than being cut, so a table narrower than its text (piped: 80 columns) still prints whole."""
     from rich.table import Table
 
     table = Table(title=title, caption=caption, caption_justify="left")
     for c in columns:
-        left = c in ("model", "name", "format", "allocator", "scheduler", "bound", "gpu")
-        table.add_column(c, justify="left" if left else "right")
+        left = c in ("model", "name", "format", "allocator", "scheduler", "bound", "gpu", "kind")
+        table.add_column(c, justify="left" if left else "right", overflow="fold")
     for row in rows:
         table.add_row(*["" if v is None else f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
                         for v in row])
