@@ -77,6 +77,22 @@ def test_loadgen_latencies_in_ns_compare_with_the_run_in_ms(points):
     assert predicted_value({"metric": "tpot_ns", "statistic": "p99"}, summary) == 40.0e6
 
 
+def test_a_concurrency_sweep_without_a_rate_is_a_closed_loop(points):
+    w = workload_for(points["nim180-h100x2-llama33-70b-fp8-tp2-5000-500-c25-ttft"])
+    assert (w.arrivals.kind, w.arrivals.users, w.arrivals.think_time_s) == ("closed_loop", 25, 0.0)
+    assert w.requests == 250 and w.engine == "trt-llm" and w.kv_cache == "fp8_e4m3"  # NIM FP8 profile
+    alone = workload_for(points["nim180-h100x2-llama33-70b-fp8-tp2-5000-500-c1-ttft"])  # TTFT of one request
+    assert alone.requests == 1 and alone.prompt_tokens.value == 5000
+
+
+def test_disaggregated_points_are_skipped_with_the_reason(points):
+    disaggregated = [p for p in points.values() if p["group"] == "disaggregated"]
+    assert disaggregated
+    for p in disaggregated:
+        with pytest.raises(Skip, match="disaggregated serving not simulated yet"):
+            workload_for(p)
+
+
 def test_fast_points_run_end_to_end():
     outcomes = run_suite(SUITE, only=FAST, workers=1)
     by_id = {o.id: o for o in outcomes}

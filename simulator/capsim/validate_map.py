@@ -60,13 +60,14 @@ def engine_for(point: dict) -> str:
 
 def kv_format_for(point: dict) -> str:
     """The point's KV format; unstated: TensorRT-LLM quantised builds use FP8 KV (the v0.17 page:
-    'If you specify FP8 quantization, the KV cache will automatically be set to FP8 as well'),
-    every other engine the model dtype (vLLM/SGLang kv_cache_dtype 'auto' = bf16)."""
+    'If you specify FP8 quantization, the KV cache will automatically be set to FP8 as well'; NIM's
+    FP8 profiles are TensorRT-LLM builds, see engine_for), every other engine the model dtype
+    (vLLM/SGLang kv_cache_dtype 'auto' = bf16)."""
     kv = str(point.get("kv_cache", "unstated"))
     if kv != "unstated":
         return kv
     weights = str(point["weights"])
-    if point["engine"] == "trt-llm" and weights in ("fp8_e4m3", "nvfp4"):
+    if point["engine"] in ("trt-llm", "nim") and weights in ("fp8_e4m3", "nvfp4"):
         return "fp8_e4m3"
     return weights if weights in ("fp16", "bf16") else "bf16"
 
@@ -112,6 +113,12 @@ def _load(point: dict) -> dict:
     n = point.get("num_requests") or point.get("concurrency") or point.get("batch_size") or 1
     if group in ("decode", "prefill"):
         return {"arrivals": {"kind": "all_at_once"}, "requests": 1}
+    if rate is None and point.get("concurrency"):
+        # closed loop (AIPerf / genai-perf --concurrency N): N requests in flight, no think time; an
+        # unstated request count is taken as 10 per user (at least 100), enough for steady-state means
+        users = int(point["concurrency"])
+        count = point.get("num_requests") or max(100, 10 * users)
+        return {"arrivals": {"kind": "closed_loop", "users": users, "think_time_s": 0.0}, "requests": int(count)}
     if rate in (None, "inf") or (isinstance(rate, float) and math.isinf(rate)):
         # all at once: max throughput, Lambda's request_rate inf, AMD's static batch
         return {"arrivals": {"kind": "all_at_once"}, "requests": int(n)}
@@ -173,6 +180,8 @@ def predicted_value(point: dict, s: dict) -> float:
         return s["output_throughput"]
     if metric == "total_tokens_per_s":
         return s["total_token_throughput"]
+    if metric == "input_tokens_per_s":
+        return s["total_token_throughput"] - s["output_throughput"]
     if metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
         return s[f"{stat}_{metric}"]
     if metric == "e2el_s":
