@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from capsim.cli import app
 from capsim.errors import CapsimError
-from capsim.validate import Outcome, find_suite, group_rows, load_points, mape, render, run_point, run_suite, write
-from capsim.validate_map import Skip, engine_for, kv_format_for, workload_for
+from capsim.validate import GROUPS, Outcome, find_suite, group_rows, load_points, mape, render, run_point, run_suite, write
+from capsim.validate_map import Skip, engine_for, kv_format_for, predicted_value, workload_for
 from typer.testing import CliRunner
 
 SUITE = Path(__file__).parents[1] / "validation"
@@ -26,7 +26,8 @@ def test_the_suite_has_its_points_from_independent_sources(points):
     assert len(points) >= 30
     sources = {p["_file"] for p in points.values()}
     assert len(sources) >= 4
-    assert {p["group"] for p in points.values()} == {"decode", "prefill", "ttft", "max_throughput", "concurrency"}
+    groups = {p["group"] for p in points.values()}
+    assert {"decode", "prefill", "ttft", "max_throughput", "concurrency"} <= groups <= set(GROUPS)
 
 
 def test_a_decode_point_is_one_request_with_n_decode_steps(points):
@@ -52,6 +53,44 @@ def test_engine_versions_and_unstated_formats_follow_the_documented_rules(points
 def test_points_that_cannot_be_represented_are_skipped_with_a_reason(points):
     with pytest.raises(Skip, match="longest answer"):
         workload_for(points["lambda-vllm054-h100sxm-mistral7b-sharegpt-n10-output-tput"])
+
+
+def test_sglang_random_lengths_are_uniform_up_to_the_stated_length(points):
+    w = workload_for(points["dc-sglang-h200x4-llama33-70b-rand1024-rps1-ttft"])  # random_range_ratio 0.0
+    assert (w.prompt_tokens.dist, w.prompt_tokens.min, w.prompt_tokens.max) == ("uniform", 1, 1024)
+    assert (w.output_tokens.min, w.output_tokens.max) == (1, 1024)
+    assert w.arrivals.kind == "poisson" and w.arrivals.rate_per_s == 1.0 and w.requests == 300
+    assert (w.engine, w.tp, w.gpu) == ("sglang@0.3", 4, "h200")
+
+
+def test_mlperf_points_are_skipped_until_the_dataset_prompt_length_is_known(points):
+    with pytest.raises(Skip, match="OpenOrca"):
+        workload_for(points["mlperf41-nvidia-h200x8-offline-tokens"])
+    with pytest.raises(Skip, match="vLLM 0.4.3"):  # no profile for AMD's vLLM 0.4 fork
+        engine_for(points["mlperf41-amd-mi300x8-offline-tokens"])
+    assert engine_for(points["mlperf51-krai-h200x8-vllm092-server-ttft-mean"]) == "vllm"  # V1
+
+
+def test_loadgen_latencies_in_ns_compare_with_the_run_in_ms(points):
+    summary = {"mean_ttft_ms": 250.0, "p99_tpot_ms": 40.0}
+    assert predicted_value(points["mlperf41-nvidia-h200x8-server-ttft-mean"], summary) == 250.0e6
+    assert predicted_value({"metric": "tpot_ns", "statistic": "p99"}, summary) == 40.0e6
+
+
+def test_a_concurrency_sweep_without_a_rate_is_a_closed_loop(points):
+    w = workload_for(points["nim180-h100x2-llama33-70b-fp8-tp2-5000-500-c25-ttft"])
+    assert (w.arrivals.kind, w.arrivals.users, w.arrivals.think_time_s) == ("closed_loop", 25, 0.0)
+    assert w.requests == 250 and w.engine == "trt-llm" and w.kv_cache == "fp8_e4m3"  # NIM FP8 profile
+    alone = workload_for(points["nim180-h100x2-llama33-70b-fp8-tp2-5000-500-c1-ttft"])  # TTFT of one request
+    assert alone.requests == 1 and alone.prompt_tokens.value == 5000
+
+
+def test_disaggregated_points_are_skipped_with_the_reason(points):
+    disaggregated = [p for p in points.values() if p["group"] == "disaggregated"]
+    assert disaggregated
+    for p in disaggregated:
+        with pytest.raises(Skip, match="disaggregated serving not simulated yet"):
+            workload_for(p)
 
 
 def test_fast_points_run_end_to_end():

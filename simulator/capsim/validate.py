@@ -19,7 +19,7 @@ from capsim.config import read_yaml
 from capsim.errors import CapsimError
 from capsim.validate_map import Skip, predicted_value, workload_for
 
-GROUPS = ("decode", "prefill", "ttft", "max_throughput", "concurrency")
+GROUPS = ("decode", "prefill", "ttft", "max_throughput", "concurrency", "disaggregated")
 # The targets (MAPE, %): decode 15, max throughput 20, TTFT (prefill and ttft) 25.
 TARGETS_PCT = {"decode": 15.0, "max_throughput": 20.0, "prefill+ttft": 25.0}
 

@@ -43,25 +43,31 @@ def engine_for(point: dict) -> str:
     if engine == "vllm":
         if version.startswith("0.5"):
             return "vllm@0.5"
-        if version.startswith("0.6"):
+        if version.startswith("0.6") and "num-scheduler-steps 10" in version:
             return "vllm@0.6-ms10"  # the SGLang benchmark ran vLLM 0.6.0 with --num-scheduler-steps 10
-        return "vllm"
+        if version.startswith(("0.9", "0.1")):
+            return "vllm"  # V1 engine (default since 0.8); the profile describes 0.10-0.11
+        raise Skip(f"no engine profile for vLLM {version} (profiles: 0.5, 0.6 multi-step, V1 0.9-0.11)")
     if engine == "sglang":
-        return "sglang@0.3"
-    if engine == "trt-llm":
+        return "sglang@0.3"  # the only SGLang profile; 0.4 builds are mapped to it
+    if engine in ("trt-llm", "nim"):
+        # NIM serves TensorRT-LLM engines where NVIDIA built one for the GPU (its optimisation page:
+        # 'The NVIDIA TensorRT-LLM accelerated NIM backend provides support for optimized versions of
+        # common models across a number of NVIDIA GPUs'); NIM points name such a profile (GPU, precision, TP)
         return "trt-llm"
     raise Skip(f"no engine profile for {engine!r}")
 
 
 def kv_format_for(point: dict) -> str:
     """The point's KV format; unstated: TensorRT-LLM quantised builds use FP8 KV (the v0.17 page:
-    'If you specify FP8 quantization, the KV cache will automatically be set to FP8 as well'),
-    every other engine the model dtype (vLLM/SGLang kv_cache_dtype 'auto' = bf16)."""
+    'If you specify FP8 quantization, the KV cache will automatically be set to FP8 as well'; NIM's
+    FP8 profiles are TensorRT-LLM builds, see engine_for), every other engine the model dtype
+    (vLLM/SGLang kv_cache_dtype 'auto' = bf16)."""
     kv = str(point.get("kv_cache", "unstated"))
     if kv != "unstated":
         return kv
     weights = str(point["weights"])
-    if point["engine"] == "trt-llm" and weights in ("fp8_e4m3", "nvfp4"):
+    if point["engine"] in ("trt-llm", "nim") and weights in ("fp8_e4m3", "nvfp4"):
         return "fp8_e4m3"
     return weights if weights in ("fp16", "bf16") else "bf16"
 
@@ -83,9 +89,18 @@ def _lengths(point: dict) -> dict:
                                   "max": SHAREGPT_MAX_PROMPT},
                 "output_tokens": {"dist": "lognormal", "mean": o, "sigma": SHAREGPT_SIGMA, "min": 4,
                                   "max": SHAREGPT_MAX_OUTPUT}}
+    if dist == "uniform":
+        # SGLang's bench_serving --dataset-name random: lengths uniform on [max(1, int(N * ratio)), N]
+        ratio = float(point.get("range_ratio", 1.0))
+        bounds = [(max(1, int(float(n) * ratio)), int(n)) for n in (prompt, output)]
+        return {"prompt_tokens": {"dist": "uniform", "min": bounds[0][0], "max": bounds[0][1]},
+                "output_tokens": {"dist": "uniform", "min": bounds[1][0], "max": bounds[1][1]}}
     p, o = _tokens(prompt, 1), _tokens(output, 1)
     if p is None and point["group"] == "decode":
         p = 1  # unstated prompt of a decode test: its ~100-200 tokens change the KV reads by < 1%
+    if p is None and dist == "mlperf-openorca":
+        raise Skip("mean prompt length of MLPerf's OpenOrca set (24,576 samples, at most 1,024 tokens) not stated "
+                   "in the sources read")
     if p is None or o is None:
         raise Skip("prompt or output length not stated")
     return {"prompt_tokens": {"dist": "fixed", "value": max(1, int(p))},
@@ -98,6 +113,12 @@ def _load(point: dict) -> dict:
     n = point.get("num_requests") or point.get("concurrency") or point.get("batch_size") or 1
     if group in ("decode", "prefill"):
         return {"arrivals": {"kind": "all_at_once"}, "requests": 1}
+    if rate is None and point.get("concurrency"):
+        # closed loop (AIPerf / genai-perf --concurrency N): N requests in flight, no think time; an
+        # unstated request count is taken as 10 per user (at least 100), enough for steady-state means
+        users = int(point["concurrency"])
+        count = point.get("num_requests") or max(100, 10 * users)
+        return {"arrivals": {"kind": "closed_loop", "users": users, "think_time_s": 0.0}, "requests": int(count)}
     if rate in (None, "inf") or (isinstance(rate, float) and math.isinf(rate)):
         # all at once: max throughput, Lambda's request_rate inf, AMD's static batch
         return {"arrivals": {"kind": "all_at_once"}, "requests": int(n)}
@@ -107,6 +128,8 @@ def _load(point: dict) -> dict:
 
 def workload_for(point: dict) -> WorkloadConfig:
     """The simulation of one point (raises Skip when it cannot be represented)."""
+    if point["group"] == "disaggregated":
+        raise Skip("disaggregated serving not simulated yet")
     if point["group"] == "concurrency" and point["metric"] == "output_tokens_per_s" and (point.get("num_requests") or 0) < 50 \
             and str(point.get("length_distribution", "")).startswith("sharegpt"):
         raise Skip("the throughput of a handful of ShareGPT requests is set by the longest answer; "
@@ -125,7 +148,8 @@ def workload_for(point: dict) -> WorkloadConfig:
         data["output_tokens"] = {"dist": "fixed", "value": int(point["output_tokens"]) + 1}
     if point["group"] == "prefill":
         data["output_tokens"] = {"dist": "fixed", "value": 1}
-    total = data["prompt_tokens"].get("value", SHAREGPT_MAX_PROMPT) + data["output_tokens"].get("value", SHAREGPT_MAX_OUTPUT)
+    total = (data["prompt_tokens"].get("value", data["prompt_tokens"].get("max", SHAREGPT_MAX_PROMPT))
+             + data["output_tokens"].get("value", data["output_tokens"].get("max", SHAREGPT_MAX_OUTPUT)))
     data.setdefault("max_model_len", max(2048, int(total) + 16))
     return validate(WorkloadConfig, data, f"validation point {point['id']}")
 
@@ -156,8 +180,12 @@ def predicted_value(point: dict, s: dict) -> float:
         return s["output_throughput"]
     if metric == "total_tokens_per_s":
         return s["total_token_throughput"]
+    if metric == "input_tokens_per_s":
+        return s["total_token_throughput"] - s["output_throughput"]
     if metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
         return s[f"{stat}_{metric}"]
     if metric == "e2el_s":
         return s[f"{stat}_e2el_ms"] / 1000.0
+    if metric in ("ttft_ns", "tpot_ns"):  # MLPerf loadgen prints latencies in ns
+        return s[f"{stat}_{metric[:-3]}_ms"] * 1.0e6
     raise Skip(f"metric {metric!r} has no counterpart in the run's summary")
