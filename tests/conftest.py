@@ -130,3 +130,26 @@ def running_set(*reqs, block_size: int = 4, window: int = 0):
     for r in reqs:
         rs.admit(r)
     return rs
+
+
+@pytest.fixture
+def run_cli(capsys, monkeypatch):
+    """capsim's main() in this process: (exit code, stdout, stderr), on a 200-column console."""
+    import sys
+
+    from capsim.cli import err, main, out
+
+    monkeypatch.setattr(out, "width", 200)
+    monkeypatch.setattr(err, "width", 200)
+
+    def run(*args):
+        monkeypatch.setattr(sys, "argv", ["capsim", *map(str, args)])
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return run

@@ -14,27 +14,6 @@ ROOT = Path(__file__).parents[1]
 
 
 @pytest.fixture
-def run_cli(capsys, monkeypatch):
-    """capsim's main() in this process: (exit code, stdout, stderr), on a 200-column console."""
-    from capsim.cli import err, main, out
-
-    monkeypatch.setattr(out, "width", 200)
-    monkeypatch.setattr(err, "width", 200)
-
-    def run(*args):
-        monkeypatch.setattr(sys, "argv", ["capsim", *map(str, args)])
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return run
-
-
-@pytest.fixture
 def wfile(tmp_path, priced_gpu_file):
     return write_workload(tmp_path / "unit.yaml", unit_workload(priced_gpu_file, requests=40))
 
@@ -47,7 +26,7 @@ def test_compare_table_csv_json(run_cli, wfile, priced_gpu_file, round_gpu_file)
     code, out, _ = run_cli("compare", wfile, "--gpu", priced_gpu_file, "--kv-cache", "fp16", "--kv-cache", "q8_0",
                            "--format", "csv", "--workers", "1")
     frame = pd.read_csv(io.StringIO(out))
-    assert list(frame["kv_cache"]) == ["fp16", "q8_0"] and (frame["price_usd_per_hour"] == 2.0).all()
+    assert list(frame["kv_cache"]) == ["fp16", "q8_0"] and (frame["usd_per_hour"] == 2.0).all()
     for column in ("max_seqs_at_mean_request", "max_seqs_at_max_model_len", "output_throughput", "median_ttft_ms",
                    "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "kv_utilisation", "usd_per_m_output_tokens"):
         assert frame[column].notna().all(), column
@@ -77,8 +56,8 @@ def test_capacity_json_with_target_and_points(run_cli, wfile, tmp_path):
                              "--workers", "1", "--out", tmp_path / "c", "--plots", tmp_path / "c")
     assert code == 0, err
     row = json.loads(out)["rows"][0]
-    assert 20 < row["capacity_rate_per_s"] < 80 and row["replicas"] >= 2 and row["target_check_met"] is True
-    assert row["usd_per_m_output_tokens"] > 0 and row["request_goodput"] > 0
+    assert 20 < row["capacity_rate_per_s"] < 80 and row["replicas_for_target"] >= 2 and row["target_check_met"] is True
+    assert row["usd_per_m_output_tokens"] > 0 and row["request_goodput"] is None  # limits only: no goodput
     names = {p.name for p in (tmp_path / "c").iterdir()}
     assert {"capacity.csv", "capacity.json", "capacity_points.csv", "capacity_search.png", "capacity_search.svg"} <= names
     code, out, _ = run_cli("capacity", wfile, "--slo", "ttft:100", "--show-points", "--workers", "1")

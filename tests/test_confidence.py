@@ -31,7 +31,7 @@ def test_interval():
 def test_aggregate_keeps_setup_takes_means_and_unions_flags():
     runs = pd.DataFrame({"rate_per_s": [1, 1, 2, 2], "gpu": ["g"] * 4, "seed": [0, 1, 0, 1],
                          "p99_ttft_ms": [10.0, 12.0, 20.0, 20.0], "completed": [90, 120, 150, 150],
-                         "samples_ttft": [90, 120, 150, 150],
+                         "samples_ttft": [90, 120, 150, 150], "saturated": [False, False, False, True],
                          "low_sample_percentiles": ["p99_ttft_ms;median_ttft_ms", "", "", ""]})
     out = aggregate(runs, ["rate_per_s"])
     assert list(out["rate_per_s"]) == [1, 2] and "seed" not in out and list(out["seeds"]) == [2, 2]
@@ -40,6 +40,7 @@ def test_aggregate_keeps_setup_takes_means_and_unions_flags():
     assert out["p99_ttft_ms_ci95"][1] == 0.0
     assert list(out["samples_ttft"]) == [90, 150]
     assert list(out["low_sample_percentiles"]) == ["median_ttft_ms;p99_ttft_ms", ""]
+    assert list(out["saturated"]) == [False, True]  # a point is saturated if any of its seeds is
 
 
 def test_run_seeds_flags_percentiles_on_few_samples(round_gpu_file):

@@ -6,7 +6,7 @@ from capsim import metrics
 from capsim.metrics import (
     distribution,
     median,
-    percentiles,
+    quantiles,
     summarize,
     values_at_ranks,
     weighted_distribution,
@@ -71,7 +71,7 @@ def test_median_is_numpys_to_the_bit(values, with_nan):
        st.sampled_from([None, float("nan"), float("inf"), -float("inf")]))
 def test_percentiles_are_numpys_to_the_bit(values, qs, extra):
     a = np.array(values + ([] if extra is None else [extra]))
-    got = percentiles(a.copy(), tuple(qs))
+    got = quantiles(a.copy(), tuple(qs))
     with np.errstate(invalid="ignore"):  # inf - inf in numpy's interpolation: NaN, as ours
         expected = [float(np.percentile(a, q)) for q in qs]
     assert np.array_equal(got, expected, equal_nan=True)

@@ -72,7 +72,7 @@ def test_cdfs_have_units_percentiles_and_slo_lines(round_gpu_file):
     ttft, tpot = fig.axes
     assert ttft.get_xlabel() == "TTFT (ms)" and tpot.get_xlabel() == "TPOT (ms)"
     assert ttft.get_ylabel() == "share of completed requests" and ttft.get_title() == "TTFT: 40 requests"
-    assert "SLO TTFT p99 <= 1 ms" in labels(ttft) and "goodput SLO: TPOT <= 0 ms" in labels(tpot)
+    assert "limit: TTFT p99 <= 1 ms" in labels(ttft) and "goodput: TPOT <= 0 ms" in labels(tpot)
     assert any(t.startswith("p99 ") for t in labels(ttft))
     assert "Latency distributions" in fig._suptitle.get_text()
 
@@ -114,7 +114,7 @@ def test_latency_vs_load_with_slo_and_capacity_lines(priced_gpu_file):
     fig = latency_vs_load(res.frame, res.over, goals.lines(), capacity=42.0)
     ttft, tpot, tput = fig.axes
     assert ttft.get_xlabel() == "offered load (requests/s)" and ttft.get_ylabel() == "TTFT (ms)"
-    assert "SLO TTFT p99 <= 100 ms" in labels(ttft) and "SLO TPOT p99 <= 50 ms" in labels(tpot)
+    assert "limit: TTFT p99 <= 100 ms" in labels(ttft) and "limit: TPOT p99 <= 50 ms" in labels(tpot)
     assert "capacity 42" in labels(tput) and "point misses an SLO" in labels(ttft)
     assert tput.get_ylabel() == "requests/s"
 

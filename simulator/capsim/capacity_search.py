@@ -13,10 +13,15 @@ the answer):
    max(1, tolerance x users)).
 
 The capacity is the highest passing load below the lowest failing one (a non-monotone response
-is resolved conservatively). Several set-ups (e.g. GPUs) are searched side by side, their rounds
-sharing the workers. `target_rate`: replicas = ceil(target / capacity), checked by simulating
-one replica at target / replicas with Poisson arrivals (conservative: round-robin over n
-replicas gives each a smoother stream than Poisson), adding replicas until the check passes.
+is resolved conservatively). A saturated point (its queue keeps growing: capsim.steady) never
+passes, and each point simulates enough requests for a steady window of PROBE_WINDOW_REQUESTS
+(probe_requests), whatever the workload's own length, so the answer does not move with how many
+requests the workload happens to list; `requests=` overrides it.
+
+Several set-ups (e.g. GPUs) are searched side by side, their rounds sharing the workers.
+`target_rate`: replicas = ceil(target / capacity), checked by simulating one replica at
+target / replicas with Poisson arrivals (conservative: round-robin over n replicas gives each a
+smoother stream than Poisson), adding replicas until the check passes.
 """
 
 from __future__ import annotations
@@ -32,10 +37,27 @@ from capsim.errors import CapsimError
 from capsim.parallel import Runner
 from capsim.records import Task, evaluate
 from capsim.slo import Objectives
+from capsim.steady import DEFAULT_SHARE
 from capsim.sweeps import COMPARE_FIRST, GRID_KEYS, order_columns, prepare, with_users, write_frames
 
 MAX_DOUBLINGS = 20  # give up bracketing after 2^20 x the start load (up or down)
 MAX_EXTRA_REPLICAS = 4
+# Requests in each probe's steady window: a p99 then rests on 20 requests above it, and a queue that
+# grows by 5% of the arrivals (the saturation test's tolerance) grows by 100 requests.
+PROBE_WINDOW_REQUESTS = 2000
+MAX_PROBE_REQUESTS = 50_000
+MAX_LONGER = 4  # a probe is simulated again for longer up to this many times its first length
+
+
+def probe_requests(over: str, x: float) -> int:
+    """Requests each probe simulates: a steady window of PROBE_WINDOW_REQUESTS plus the warm-up and
+    cool-down capsim.steady leaves out (a tenth of the arrivals at each end, and with closed-loop
+    users at least one request per user at each end), at most MAX_PROBE_REQUESTS."""
+    share = DEFAULT_SHARE
+    n = math.ceil(PROBE_WINDOW_REQUESTS / (1 - 2 * share))
+    if over == "users":
+        n = max(n, PROBE_WINDOW_REQUESTS + 2 * int(x) + 2)
+    return min(n, MAX_PROBE_REQUESTS)
 
 
 class Search:
@@ -130,6 +152,8 @@ def capacity(workload, objectives: Objectives, *, users: bool = False, start: fl
         raise CapsimError(f"capacity: the workload's arrivals are '{w.arrivals.kind}', which have no rate to search; "
                           "search closed-loop users with --users, or use poisson, gamma or constant arrivals.")
     start = start or _default_start(w, users)
+    if "requests" not in given:  # each probe's length is probe_requests', not the workload's
+        w = w.model_copy(update={"duration_s": None, "requests": probe_requests(over, start)})
     for combo in combos:  # fail fast on a set-up that cannot run, before any search starts
         prepare(_at(w, over, 1, think_time_s), given | combo | ({} if users else {"rate": start}))
     searches = [Search(start, tolerance, points_per_round, users) for _ in combos]
@@ -140,7 +164,7 @@ def capacity(workload, objectives: Objectives, *, users: bool = False, start: fl
         if target_rate is not None:
             rows = [job.replicas(runner, row, combo | {"combination": n}, target_rate, points)
                     for n, (row, combo) in enumerate(zip(rows, combos))]
-    first = ["combination"] + axes + [f"capacity_{over}", "bounded", "replicas"] + list(COMPARE_FIRST)
+    first = ["combination"] + axes + [f"capacity_{over}", "bounded", "replicas_for_target"] + list(COMPARE_FIRST)
     frame = order_columns(pd.DataFrame(rows), first)
     return CapacityResult(frame, pd.DataFrame(points), over, objectives)
 
@@ -177,17 +201,37 @@ class _Job:
     def __init__(self, w, given, over, think_time_s, objectives, price) -> None:
         self.w, self.given, self.over, self.think, self.objectives, self.price = w, given, over, think_time_s, objectives, price
 
-    def task(self, combo: dict, x) -> Task:
-        """`combo` holds the grid values plus its 'combination' index (a label, not an override)."""
+    def task(self, combo: dict, x, requests: int | None = None) -> Task:
+        """`combo` holds the grid values plus its 'combination' index (a label, not an override);
+        `requests`: the probe's length (default: the user's --requests, else probe_requests)."""
         extra = {"rate": x} if self.over == "rate_per_s" else {}
+        if requests is not None or "requests" not in self.given:
+            extra["requests"] = requests or probe_requests(self.over, x)
         overrides = {k: v for k, v in combo.items() if k != "combination"}
         return Task(_at(self.w, self.over, x, self.think), self.given | overrides | extra, combo | {self.over: x},
-                    self.objectives.goodput_thresholds(), self.price)
+                    self.objectives, self.price)
 
     def run(self, runner: Runner, jobs: list[tuple[dict, float, str]], points: list, progress) -> list[dict]:
+        """Simulate each (combo, load, role) and judge it. A probe that is not saturated but too short
+        for a steady window (capsim.steady: fewer than 10 median end-to-end latencies) or whose
+        verdict is uncertain (a limit within two standard errors of its statistic: records.margins)
+        is simulated again with twice the requests: a too-short one up to MAX_PROBE_REQUESTS, an
+        uncertain one up to MAX_LONGER times its first length."""
         done = len(points)
         tick = None if progress is None else (lambda i, n: progress(done + i, done + n))
-        records = runner.map(evaluate, [self.task(c, x) for c, x, _ in jobs], tick)
+        tasks = [self.task(c, x) for c, x, _ in jobs]
+        records = runner.map(evaluate, tasks, tick)
+        first = [rec["arrived"] for rec in records]
+        while True:
+            caps = [MAX_PROBE_REQUESTS if rec["too_short"] else min(MAX_LONGER * n, MAX_PROBE_REQUESTS)
+                    for rec, n in zip(records, first)]
+            longer = [i for i, rec in enumerate(records) if (rec["too_short"] or rec.get("uncertain"))
+                      and not rec["saturated"] and rec["arrived"] < caps[i]]
+            if not longer:
+                break
+            redo = [self.task(jobs[i][0], jobs[i][1], min(2 * records[i]["arrived"], caps[i])) for i in longer]
+            for i, rec in zip(longer, runner.map(evaluate, redo)):
+                records[i] = rec
         for rec, (_, _, role) in zip(records, jobs):
             failures = self.objectives.failures(rec)
             rec.update({"role": role, "slo_met": not failures, "slo_failures": "; ".join(failures)})
@@ -209,7 +253,7 @@ class _Job:
         """Replicas for `target` requests/s: ceil(target / capacity), then check one replica at its share."""
         capacity_rate = row["capacity_rate_per_s"]
         if capacity_rate is None:
-            return row | {"target_rate_per_s": target, "replicas": None, "replica_rate_per_s": None,
+            return row | {"target_rate_per_s": target, "replicas_for_target": None, "replica_rate_per_s": None,
                           "target_check_met": None}
         n = max(1, math.ceil(target / capacity_rate - 1e-9))
         for n in range(n, n + MAX_EXTRA_REPLICAS + 1):
@@ -217,9 +261,12 @@ class _Job:
             rec = self.run(runner, [(combo, x, f"target check, {n} replicas")], points, None)[0]
             if rec["slo_met"]:
                 break
+        # n replicas, each at target / n: n times one replica's GPUs and $/hour, the same $ per token
         cost = {k: rec[k] for k in ("usd_per_m_output_tokens", "usd_per_m_total_tokens")}
-        return row | {"target_rate_per_s": target, "replicas": n, "replica_rate_per_s": x,
-                      "target_check_met": rec["slo_met"], **{f"{k}_at_target": v for k, v in cost.items()}}
+        per_hour = None if rec["usd_per_hour"] is None else n * rec["usd_per_hour"]
+        return row | {"target_rate_per_s": target, "replicas_for_target": n, "replica_rate_per_s": x,
+                      "target_check_met": rec["slo_met"], "gpus_at_target": n * rec["gpus"],
+                      "usd_per_hour_at_target": per_hour, **{f"{k}_at_target": v for k, v in cost.items()}}
 
 
 def _answer(job: _Job, search: Search, n: int, combo: dict, points: list[dict], tolerance: float) -> dict:
@@ -230,3 +277,20 @@ def _answer(job: _Job, search: Search, n: int, combo: dict, points: list[dict], 
     base = {k: v for k, v in (at or {}).items() if k not in ("role", "slo_met", "slo_failures", job.over)}
     return {"combination": n, **combo, **base, f"capacity_{job.over}": lo, "over": job.over, "bounded": hi is not None,
             f"lowest_failing_{job.over}": hi, "tolerance": tolerance, "simulations": len(mine), "rounds": search.round}
+
+
+def compare_at_capacity(workload, objectives: Objectives, *, users: bool = False, price=None,
+                        workers: int | None = None, dask_scheduler: str | None = None, progress=None,
+                        **options):
+    """`compare --at-capacity`: each combination of the list-valued options at its own capacity
+    under `objectives` (a capacity search each), so rows compare what each set-up serves within the
+    SLO and what a token costs there. A combination with no capacity keeps a row saying so."""
+    from capsim.sweeps import CompareResult
+
+    res = capacity(workload, objectives, users=users, price=price, workers=workers, dask_scheduler=dask_scheduler,
+                   progress=progress, **options)
+    axes = [k for k, v in options.items() if isinstance(v, (list, tuple))]
+    frame = res.frame.copy()
+    over = f"capacity_{res.over}"
+    frame["problem"] = [None if v is not None and v == v else "no load tried meets the SLOs" for v in frame[over]]
+    return CompareResult(frame, res.points, axes, objectives)

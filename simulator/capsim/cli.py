@@ -42,9 +42,14 @@ PlotsOpt = Annotated[Optional[Path], typer.Option(help="write figures (PNG + SVG
 WorkersOpt = Annotated[Optional[int], typer.Option(help="parallel simulations on this machine (default: one per core; 1: serial)")]
 DaskOpt = Annotated[Optional[str], typer.Option(help="run the simulations on this Dask scheduler (e.g. tcp://10.0.0.5:8786)")]
 SloOpt = Annotated[Optional[list[str]], typer.Option(
-    "--slo", help="objective, repeatable: ttft_p99_ms=2000, tpot_p99_ms=50 (ttft|tpot|itl|e2el x p50|p90|p99|mean), "
-    "or vLLM's goodput form 'ttft:2000 tpot:50'; default: the workload's slo: block")]
-ShareOpt = Annotated[float, typer.Option(help="goodput SLOs are met when at least this share of requests meets them all")]
+    "--slo", help="objective, repeatable. Percentile limit: ttft_p99_ms=2000, tpot_p95_ms=50 (ttft|tpot|itl|e2el x "
+    "mean|median|pNN such as p50, p90, p95, p99, p99.9); goodput thresholds (vLLM's --goodput): 'ttft:2000 tpot:50'. "
+    "Default: the workload's slo: block")]
+ShareOpt = Annotated[Optional[float], typer.Option(
+    help="goodput thresholds are met when at least this share of requests meets them all (default: the workload's "
+    "min_share, else 0.9)")]
+PercentilesOpt = Annotated[Optional[str], typer.Option(
+    help="percentiles to report besides mean and median, as vllm bench serve: e.g. 50,90,95,99,99.9 (default 90,99)")]
 PriceOpt = Annotated[Optional[list[str]], typer.Option(
     "--price-per-hour", help="US$ per GPU-hour: one price for all GPUs, or GPU=PRICE (repeatable); default: the profile's")]
 FormatOpt = Annotated[TableFormat, typer.Option("--format", help="table | markdown | csv | json")]
@@ -79,27 +84,34 @@ def run(
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="write summary.json, requests.csv, steps.csv here")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print summary.json instead of the result block")] = False,
     step_by_step: Annotated[bool, typer.Option(help="no macro-steps: one event per step and per arrival (slower; same results)")] = False,
+    slo: SloOpt = None, goodput_share: ShareOpt = None, price_per_hour: PriceOpt = None,
+    percentiles: PercentilesOpt = None,
     plots: PlotsOpt = None,
     seeds: Annotated[Optional[int], typer.Option(help="repeat with N seeds (seed, seed+1, ...): mean ± 95% interval")] = None,
     workers: WorkersOpt = None,
     dask_scheduler: DaskOpt = None,
 ) -> None:
-    """Simulate a workload on a GPU and print vLLM's benchmark result block plus capsim's lines.
-    On a terminal, a progress bar of requests finished is drawn on stderr meanwhile."""
-    from capsim.console import result_block
+    """Simulate a workload on a GPU and print vLLM's benchmark result block (over the steady
+    window), capsim's lines, and a verdict: SLOs met or missed, cost, the binding limit, next
+    steps. On a terminal, a progress bar of requests finished is drawn on stderr meanwhile."""
+    from capsim.console import result_block, verdict_block
     from capsim.simulation import simulate
+    from capsim.slo import parse_percentiles
 
     overrides = dict(gpu=gpu, model=model, weights=weights, kv_cache=kv_cache, scheduler=scheduler, allocator=allocator,
                      rate=rate, requests=requests, seed=seed, max_num_seqs=max_num_seqs, mode=mode, horizon_s=horizon,
                      max_num_batched_tokens=max_num_batched_tokens, num_gpu_blocks=num_gpu_blocks,
                      replicas=replicas, router=router, prefix_caching=prefix_caching, preemption=preemption,
                      engine=engine, tp=tp)
+    goals, prices, qs = _goals(workload, slo, goodput_share), _prices(price_per_hour), parse_percentiles(percentiles)
     if seeds is not None:
-        return _run_seeds(workload, seeds, overrides, workers, dask_scheduler, out_dir, plots, as_json, step_by_step)
+        return _run_seeds(workload, seeds, overrides, workers, dask_scheduler, out_dir, plots, as_json, step_by_step,
+                          goals, prices, qs)
     with _run_progress(workload) as tick:
-        result = simulate(workload, macro_steps=not step_by_step, progress=tick, **overrides)
+        result = simulate(workload, macro_steps=not step_by_step, progress=tick, objectives=goals, percentiles=qs,
+                          price=prices, **overrides)
     if as_json:
-        sys.stdout.write(result.summary_json())
+        sys.stdout.write(result.summary_json(provenance=True))
     else:
         st = result.summary["setup"]
         out.print(f"[bold]{st['workload']}[/]: {st['model']} ({st['weights']} weights, {st['kv_cache']} KV) on "
@@ -108,6 +120,7 @@ def run(
                   highlight=False)
         print(result_block(result.summary))
         print(result.setup.memory.log_line())
+        print(verdict_block(result.summary["verdict"]))
     if explain:
         from capsim.explain import explain_run
 
@@ -115,26 +128,24 @@ def run(
     if out_dir is not None:
         paths = result.write(out_dir)
         err.print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
-    _run_plots(result, plots)
+    _run_plots(result, plots, goals)
 
 
-def _run_plots(result, plots: Path | None) -> None:
+def _run_plots(result, plots: Path | None, goals) -> None:
     if plots is not None:
         from capsim.report import plot_run
-        from capsim.slo import parse_objectives
 
-        lines = parse_objectives(None, workload_slo=result.setup.workload.slo).lines()
-        _wrote(plot_run(result.summary, result.requests, result.steps, plots, lines))
+        _wrote(plot_run(result.summary, result.requests, result.steps, plots, goals.lines()))
 
 
-def _run_seeds(workload, seeds, overrides, workers, dask_scheduler, out_dir, plots, as_json, step_by_step) -> None:
+def _run_seeds(workload, seeds, overrides, workers, dask_scheduler, out_dir, plots, as_json, step_by_step,
+               goals, prices, qs) -> None:
     from capsim.confidence import run_seeds
     from capsim.views import frame_json, rich, seeds_view
 
-    goodput = _goals(workload, None, 0.9).goodput_thresholds()  # the workload's slo: block, if any
     with _progress(f"{seeds} seeds") as tick:
         res = run_seeds(workload, seeds, workers=workers, dask_scheduler=dask_scheduler, progress=tick,
-                        goodput_ms=goodput, macro_steps=not step_by_step, **overrides)
+                        objectives=goals, price=prices, percentiles=qs, macro_steps=not step_by_step, **overrides)
     if as_json:
         sys.stdout.write(frame_json(res.table, {"seeds": res.runs["seed"].tolist()}))
     else:
@@ -142,7 +153,7 @@ def _run_seeds(workload, seeds, overrides, workers, dask_scheduler, out_dir, plo
         out.print(rich(f"{st['workload']}: {st['model']} on {st['gpu']}, {seeds} seeds", seeds_view(res.table)))
     if out_dir is not None:
         _wrote(res.first.write(out_dir) + res.write(out_dir))
-    _run_plots(res.first, plots)
+    _run_plots(res.first, plots, goals)
 
 
 @app.command()
@@ -237,13 +248,17 @@ def compare(
     rate: Annotated[Optional[float], typer.Option(help="arrival rate, requests/s")] = None,
     requests: Annotated[Optional[int], typer.Option(help="number of requests")] = None,
     seed: Annotated[Optional[int], typer.Option(help="random seed")] = None,
-    slo: SloOpt = None, goodput_share: ShareOpt = 0.9, price_per_hour: PriceOpt = None,
+    slo: SloOpt = None, goodput_share: ShareOpt = None, price_per_hour: PriceOpt = None,
     seeds: Annotated[int, typer.Option(help="repeat each combination with N seeds: mean ± 95% interval")] = 1,
+    at_capacity: Annotated[bool, typer.Option("--at-capacity", help="each row at its own capacity under the SLOs "
+                                              "(a capacity search each) instead of at the workload's load")] = False,
     workers: WorkersOpt = None, dask_scheduler: DaskOpt = None,
     fmt: FormatOpt = TableFormat.table, out_dir: OutOpt = None, plots: PlotsOpt = None,
 ) -> None:
-    """One row per combination of the repeated options: KV sequences that fit, throughput, TTFT
-    and TPOT p50/p99, KV utilisation, $ per 1M output tokens."""
+    """Which set-up serves this traffic best: one row per combination of the repeated options,
+    each at the same offered load (or with --at-capacity at its own capacity within the SLOs):
+    KV sequences that fit, throughput, TTFT and TPOT p50/p99, KV utilisation, GPUs, $/hour and $
+    per 1M output tokens; a saturated row says so."""
     from capsim.sweeps import compare as run_compare
     from capsim.views import compare_view, title
 
@@ -251,8 +266,19 @@ def compare(
                                   allocator=allocator).items() if v}
     goals, prices = _goals(workload, slo, goodput_share), _prices(price_per_hour)
     with _progress("compare") as tick:
-        res = run_compare(workload, seeds=seeds, objectives=goals, price=prices, workers=workers,
-                          dask_scheduler=dask_scheduler, progress=tick, rate=rate, requests=requests, seed=seed, **grid)
+        if at_capacity:
+            from capsim.capacity_search import compare_at_capacity
+
+            if seeds != 1 or rate is not None:
+                raise CapsimError("compare --at-capacity: each row's load is its capacity, found with one seed; "
+                                  "leave out --rate and --seeds.")
+            res = compare_at_capacity(workload, goals, price=prices, workers=workers, dask_scheduler=dask_scheduler,
+                                      progress=tick, requests=requests, seed=seed,
+                                      **grid)
+        else:
+            res = run_compare(workload, seeds=seeds, objectives=goals, price=prices, workers=workers,
+                              dask_scheduler=dask_scheduler, progress=tick, rate=rate, requests=requests, seed=seed,
+                              **grid)
     _emit(res.frame, title("Compare", res.frame), compare_view(res.frame, res.axes), fmt, {"axes": res.axes})
     _save(res, out_dir, plots)
 
@@ -269,7 +295,7 @@ def sweep(
     scheduler: Annotated[Optional[str], typer.Option(help="static | continuous | chunked")] = None,
     requests: Annotated[Optional[int], typer.Option(help="number of requests per point")] = None,
     seed: Annotated[Optional[int], typer.Option(help="random seed")] = None,
-    slo: SloOpt = None, goodput_share: ShareOpt = 0.9, price_per_hour: PriceOpt = None,
+    slo: SloOpt = None, goodput_share: ShareOpt = None, price_per_hour: PriceOpt = None,
     seeds: Annotated[int, typer.Option(help="repeat each point with N seeds: mean ± 95% interval")] = 1,
     workers: WorkersOpt = None, dask_scheduler: DaskOpt = None,
     fmt: FormatOpt = TableFormat.table, out_dir: OutOpt = None, plots: PlotsOpt = None,
@@ -309,7 +335,7 @@ def capacity(
     target_rate: Annotated[Optional[float], typer.Option(help="how many replicas for this many requests/s")] = None,
     requests: Annotated[Optional[int], typer.Option(help="number of requests per point")] = None,
     seed: Annotated[Optional[int], typer.Option(help="random seed")] = None,
-    goodput_share: ShareOpt = 0.9, price_per_hour: PriceOpt = None,
+    goodput_share: ShareOpt = None, price_per_hour: PriceOpt = None,
     workers: WorkersOpt = None, dask_scheduler: DaskOpt = None,
     fmt: FormatOpt = TableFormat.table, out_dir: OutOpt = None, plots: PlotsOpt = None,
     show_points: Annotated[bool, typer.Option(help="also print every searched point")] = False,

@@ -15,11 +15,25 @@ import numpy as np
 import pandas as pd
 
 from capsim.errors import CapsimError
-from capsim.records import LATENCY_KEYS, LOAD_KEYS, MIN_PERCENTILE_SAMPLES, UTILISATION_KEYS, Task, evaluate
+from capsim.records import (
+    LOAD_KEYS,
+    MIN_PERCENTILE_SAMPLES,
+    UTILISATION_KEYS,
+    Task,
+    evaluate,
+    latency_keys,
+    latency_order,
+)
 
-# Metrics summarised over seeds, in display order.
-METRICS = LOAD_KEYS + ("request_goodput", "good_share") + LATENCY_KEYS + UTILISATION_KEYS + (
-    "usd_per_m_output_tokens", "usd_per_m_total_tokens")
+# Metrics summarised over seeds, in display order (the latency statistics go between these two).
+LEADING_METRICS = LOAD_KEYS + ("request_goodput", "good_share")
+TRAILING_METRICS = UTILISATION_KEYS + ("usd_per_hour", "usd_per_m_output_tokens", "usd_per_m_total_tokens")
+
+
+def metrics_of(columns) -> list[str]:
+    """The metrics summarised over seeds among these record columns, in display order."""
+    return [m for m in LEADING_METRICS if m in columns] + latency_keys(columns) + \
+        [m for m in TRAILING_METRICS if m in columns]
 
 
 def t_quantile_975(df: int) -> float:
@@ -69,17 +83,20 @@ def aggregate(runs: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """One row per group of seeds: set-up columns kept, each metric as its mean plus a
     `<metric>_ci95` half-width column, samples as the minimum over seeds, and the flags."""
     rows = []
+    metrics = metrics_of(runs.columns)
     for _, group in runs.groupby(by, sort=False, dropna=False):
         first = group.iloc[0].to_dict()
-        row = {k: v for k, v in first.items() if k not in METRICS and k != "seed"}
+        row = {k: v for k, v in first.items() if k not in metrics and k != "seed"}
         row["seeds"] = len(group)
         for col in [c for c in group.columns if c.startswith("samples_") or c in ("completed", "arrived")]:
             row[col] = int(group[col].min())
-        for metric in [m for m in METRICS if m in group.columns]:
+        for metric in metrics:
             row[metric], row[f"{metric}_ci95"] = interval(group[metric].tolist())
-        row["low_sample_percentiles"] = ";".join(sorted(
-            {f for flags in group["low_sample_percentiles"] for f in flags.split(";") if f},
-            key=LATENCY_KEYS.index))
+        flagged = {f for flags in group["low_sample_percentiles"] for f in flags.split(";") if f}
+        row["low_sample_percentiles"] = ";".join(sorted(flagged, key=latency_order))
+        for flag in ("saturated", "too_short"):  # a point is saturated (too short) if any seed's run is
+            if flag in group:
+                row[flag] = bool(group[flag].any())
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -105,8 +122,8 @@ class SeedsResult:
 
 
 def run_seeds(workload, seeds: int, *, workers: int | None = None, dask_scheduler: str | None = None,
-              progress=None, goodput_ms: dict | None = None, price=None, macro_steps: bool = True,
-              **overrides) -> SeedsResult:
+              progress=None, objectives=None, price=None, percentiles: tuple[float, ...] | None = None,
+              macro_steps: bool = True, **overrides) -> SeedsResult:
     """Run `seeds` copies of the workload with consecutive seeds, in parallel; summarise each
     metric as mean ± 95% interval (see the module docstring)."""
     from capsim.parallel import run_tasks
@@ -117,8 +134,8 @@ def run_seeds(workload, seeds: int, *, workers: int | None = None, dask_schedule
     w, overrides = prepare(workload, overrides)
     base = overrides.pop("seed", None)
     base = w.seed if base is None else base
-    tasks = [Task(w, overrides | {"seed": base + i}, goodput_ms=goodput_ms or {}, price=price, keep_run=i == 0,
-                  macro_steps=macro_steps) for i in range(seeds)]
+    tasks = [Task(w, overrides | {"seed": base + i}, objectives=objectives, price=price, percentiles=percentiles,
+                  keep_run=i == 0, macro_steps=macro_steps) for i in range(seeds)]
     results = run_tasks(evaluate, tasks, workers=workers, dask_scheduler=dask_scheduler, progress=progress)
     first_record, first_run = results[0]
     runs = pd.DataFrame([first_record] + results[1:])
@@ -128,11 +145,12 @@ def run_seeds(workload, seeds: int, *, workers: int | None = None, dask_schedule
 def metric_table(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per metric: mean, 95% interval, min, max, the fewest samples, and the flag."""
     rows = []
-    for metric in [m for m in METRICS if m in runs.columns and runs[m].notna().any()]:
+    latency = set(latency_keys(runs.columns))
+    for metric in [m for m in metrics_of(runs.columns) if runs[m].notna().any()]:
         mean, half = interval(runs[metric].tolist())
         parts = metric.split("_")
-        samples = int(runs[f"samples_{parts[1]}"].min()) if metric in LATENCY_KEYS else None
-        percentile = metric in LATENCY_KEYS and parts[0] in ("median", "p90", "p99")
+        samples = int(runs[f"samples_{parts[1]}"].min()) if metric in latency else None
+        percentile = metric in latency and parts[0] != "mean"
         rows.append({
             "metric": metric, "mean": mean, "ci95": half,
             "low": None if half is None else mean - half, "high": None if half is None else mean + half,

@@ -27,25 +27,50 @@ def result_block(s: dict) -> str:
         _line("Benchmark duration (s):", s["duration"]),
         _line("Total input tokens:", s["total_input_tokens"]),
         _line("Total generated tokens:", s["total_output_tokens"]),
-        _line("Request throughput (req/s):", s["request_throughput"]),
     ]
+    m = s.get("measurement")
+    if m is not None:
+        out.append(f"Rates and latencies over {_window_text(m)}:")
+    out.append(_line("Request throughput (req/s):", s["request_throughput"]))
     if "request_goodput" in s:
         out.append(_line("Request goodput (req/s):", s["request_goodput"]))
     out += [
         _line("Output token throughput (tok/s):", s["output_throughput"]),
         _line("Total Token throughput (tok/s):", s["total_token_throughput"]),
     ]
+    stats = [("mean", "Mean"), ("median", "Median")] + [
+        (f"p{q}", f"P{q}") for q in s.get("percentiles", ["90", "99"]) if q != "50"]
     for key, name, header in (("ttft", "TTFT", "Time to First Token"),
                               ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
                               ("itl", "ITL", "Inter-token Latency"), ("e2el", "E2EL", "End-to-end Latency")):
         out.append(_title(header, "-"))
-        for stat, label in (("mean", "Mean"), ("median", "Median"), ("p90", "P90"), ("p99", "P99")):
+        for stat, label in stats:
             out.append(_line(f"{label} {name} (ms):", s[f"{stat}_{key}_ms"]))
-    out.append(_title(" capsim: requests and load ", "-"))
+    out += _load_lines(s)
+    out += _kv_lines(s)
+    out.append("=" * WIDTH)
+    return "\n".join(out)
+
+
+def _window_text(m: dict) -> str:
+    if not m["steady"]:
+        return "the whole run"
+    return (f"requests {m['warmup_requests'] + 1:,}-{m['warmup_requests'] + m['requests']:,}\n"
+            f"(steady window: arrivals {m['start_s']:,.1f}-{m['end_s']:,.1f} s)")
+
+
+def _load_lines(s: dict) -> list[str]:
+    out = [_title(" capsim: requests and load ", "-")]
+    whole = s.get("whole_run")
+    if whole is not None:
+        out.append(_line("Whole run: req/s, mean TTFT (ms):", f"{whole['request_throughput']:.2f}, "
+                                                             f"{whole['mean_ttft_ms']:,.2f}"))
     out.append(_line("Arrived requests:", s["arrived"]))
     reasons = ", ".join(f"{k} {v}" for k, v in s["rejected_reasons"].items())
     out.append(_line("Rejected requests:", f"{s['rejected']}" + (f" ({reasons})" if reasons else "")))
     out.append(_line("Unfinished at the horizon:", s["unfinished"]))
+    if "saturated" in s:
+        out.append(_line("Saturated (queue keeps growing):", "yes" if s["saturated"] else "no"))
     out.append(_line("Mean queueing delay (ms):", s["mean_queueing_ms"]))
     out.append(_line("Forward passes (steps):", s["num_steps"]))
     out.append(_line("Mean / max batch size:", f"{s['mean_batch_size']:.1f} / {s['max_batch_size']}"))
@@ -56,15 +81,37 @@ def result_block(s: dict) -> str:
     out.append(_line("Time compute/memory/overhead-bound (%):",
                      f"{100 * b['compute']:.0f} / {100 * b['memory']:.0f} / {100 * b['overhead']:.0f}"))
     out.append(_line("Preemptions (recomputed tokens):", f"{s['preemptions']} ({s['recomputed_tokens']})"))
-    out.append(_title(" capsim: KV cache ", "-"))
+    return out
+
+
+def _kv_lines(s: dict) -> list[str]:
+    out = [_title(" capsim: KV cache ", "-")]
     setup = s.get("setup", {})
     if setup:
         out.append(_line("KV capacity (tokens):", f"{setup['kv_capacity_tokens']:,} ({setup['num_gpu_blocks']:,} "
                          f"{'blocks' if setup['allocator'] == 'paged' else 'token slots'})"))
+    if s.get("max_seqs_at_mean_request") is not None:
+        out.append(_line("Sequences that fit (mean request):", f"{s['max_seqs_at_mean_request']:,}"))
     out.append(_line("KV utilisation (% of held, storing):", 100 * s["kv_utilisation"]))
     out.append(_line("KV internal waste (%):", 100 * s["kv_internal_waste"]))
     out.append(_line("KV reserved but unused (%):", 100 * s["kv_reserved_unused"]))
     out.append(_line("KV capacity in use (% time-avg):", 100 * s["kv_capacity_utilisation"]))
+    return out
+
+
+def verdict_block(v: dict) -> str:
+    """The verdict after the result block: SLOs met or missed, cost, binding limit, next steps."""
+    out = [_title(" capsim: verdict ", "=")]
+    if v["slo_met"] is None:
+        out.append("SLO: none given (add an slo: block to the workload, or --slo)")
+    else:
+        out.append(f"SLO: {'MET' if v['slo_met'] else 'MISSED'}")
+    out += [f"  {'ok  ' if c['met'] else 'MISS'} {c['text']}" for c in v["checks"]]
+    out.append(f"Cost: {v['cost']}")
+    names = {"kv_capacity": "KV-cache capacity", "max_num_seqs": "max_num_seqs", "compute": "GPU compute",
+             "memory": "GPU memory bandwidth", "overhead": "per-step overheads", "none": "none"}
+    out.append(f"Binding limit: {names[v['binding']]}: {v['evidence']}")
+    out += [f"Next: {step}" for step in v["next_steps"]]
     out.append("=" * WIDTH)
     return "\n".join(out)
 

@@ -1,23 +1,60 @@
-"""What a token costs: GPU-hour prices (from the hardware profile or the user) -> $ per 1M tokens.
+"""What a deployment costs (DESIGN §8): GPU-hour prices (from the hardware profile or the user) ->
+$ per hour -> $ per 1M tokens at a stated load.
 
-$ per 1M tokens = price per GPU-hour / (tokens per second x 3,600) x 1e6, per GPU: a fleet of n
-replicas each serving 1/n of the traffic costs n x the price for n x the tokens, so the per-token
-figure is the same formula at each replica's own load. Where neither the profile nor the user
-gives a price the answer is None (shown as "n/a"), never a made-up number.
+    $/hour     = price per GPU-hour x every GPU the deployment holds
+                 (tensor-parallel x pipeline-parallel GPUs per replica x replicas)
+    $/1M tokens = $/hour / (the deployment's tokens per second x 3,600) x 1e6
+
+A per-token figure is only meaningful at the load it was taken at, so each carries that load.
+Where neither the profile nor the user gives a price the answer is None (shown as "n/a"), never a
+made-up number.
 """
 
 from __future__ import annotations
+
+from dataclasses import asdict, dataclass
 
 from capsim.errors import CapsimError
 
 SECONDS_PER_HOUR = 3600.0
 
 
-def usd_per_million_tokens(price_usd_per_hour: float | None, tokens_per_s: float) -> float | None:
-    """$ per 1M tokens for one GPU producing `tokens_per_s`; None without a price or without tokens."""
-    if price_usd_per_hour is None or not tokens_per_s > 0:
+@dataclass(frozen=True)
+class DeploymentCost:
+    """What a simulated deployment costs, and at which load its per-token figures hold."""
+
+    gpus: int  # every GPU held: tp x pp per replica x replicas (a draft model shares its target's GPUs)
+    price_per_gpu_hour_usd: float | None
+    price_source: str | None  # 'user', 'profile', or None (no price known)
+    usd_per_hour: float | None  # price per GPU-hour x gpus
+    usd_per_m_output_tokens: float | None  # at `load`, from the run's output tokens/s
+    usd_per_m_total_tokens: float | None  # ... prompt + output tokens/s
+    load: str  # the offered load the per-token figures were taken at, in words
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def deployment_gpus(tp: int = 1, pp: int = 1, replicas: int = 1) -> int:
+    """Every GPU a deployment holds: tp x pp GPUs per replica, times the replicas."""
+    return tp * pp * replicas
+
+
+def deployment_cost(price_usd_per_gpu_hour: float | None, price_source: str | None, gpus: int,
+                    output_tokens_per_s: float, total_tokens_per_s: float, load: str) -> DeploymentCost:
+    """The deployment's $/hour and $/1M tokens at the run's throughput (see the module docstring)."""
+    per_hour = None if price_usd_per_gpu_hour is None else price_usd_per_gpu_hour * gpus
+    return DeploymentCost(gpus, price_usd_per_gpu_hour, price_source, per_hour,
+                          usd_per_million_tokens(per_hour, output_tokens_per_s),
+                          usd_per_million_tokens(per_hour, total_tokens_per_s), load)
+
+
+def usd_per_million_tokens(usd_per_hour: float | None, tokens_per_s: float) -> float | None:
+    """$ per 1M tokens for whatever costs `usd_per_hour` and produces `tokens_per_s` (the whole
+    deployment for both); None without a price or without tokens."""
+    if usd_per_hour is None or not tokens_per_s > 0:
         return None
-    return price_usd_per_hour / (tokens_per_s * SECONDS_PER_HOUR) * 1e6
+    return usd_per_hour / (tokens_per_s * SECONDS_PER_HOUR) * 1e6
 
 
 def parse_prices(texts: list[str] | None) -> float | dict[str, float] | None:

@@ -19,6 +19,8 @@ import numpy as np
 
 from capsim.csv_out import Column, Labels, MaybeInts, as_dataframe
 from capsim.exact_sum import ExactSum, exact_sum
+from capsim.slo import DEFAULT_PERCENTILES, percentile_key, percentile_word
+from capsim.steady import Saturation, Window, emitted_in
 from capsim.step_log import CHUNK_SEGMENTS
 
 if TYPE_CHECKING:
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
 OUTCOMES = ("completed", "rejected", "unfinished")
 BOUND_NAMES = ("compute", "memory", "overhead")
 REQUEST_TEXT_COLUMNS = ("reject_reason",)  # plain text in the requests DataFrame, not categorical
+# vLLM's counts over the whole run, also with a steady window (arrived = completed + rejected + unfinished)
+ACCOUNTING = ("completed", "duration", "total_input_tokens", "total_output_tokens")
 NAN = float("nan")
 
 
@@ -189,7 +193,7 @@ def values_at_ranks(pieces, ranks: list[int]) -> dict[int, float]:
 _IN_MEMORY_PAIRS = 2_000_000  # up to this many (value, count) pairs are sorted at once
 
 
-def weighted_distribution(pieces, name: str) -> dict[str, float]:
+def weighted_distribution(pieces, name: str, percentiles: tuple[float, ...] = DEFAULT_PERCENTILES) -> dict[str, float]:
     """distribution(values, name, counts) over (values, counts) chunks: `pieces()` gives a fresh
     iterator each call. Small inputs are joined and sorted; large ones are read a few times, a
     chunk at a time. Both give the same figures: the sums are exactly rounded and the percentiles
@@ -205,10 +209,10 @@ def weighted_distribution(pieces, name: str) -> dict[str, float]:
     if size <= _IN_MEMORY_PAIRS:
         values = np.concatenate([v for v, _ in parts]) if parts else np.zeros(0)
         counts = np.concatenate([c for _, c in parts]) if parts else np.zeros(0, dtype=np.int64)
-        return distribution(values, name, counts)
+        return distribution(values, name, counts, percentiles)
     total = sum(int(c.sum()) for _, c in pieces())
     if total == 0:
-        return distribution(np.zeros(0), name)
+        return distribution(np.zeros(0), name, percentiles=percentiles)
     weighted, spread = ExactSum(), ExactSum()
     for v, c in pieces():
         weighted.add(v * c)
@@ -216,34 +220,43 @@ def weighted_distribution(pieces, name: str) -> dict[str, float]:
     for v, c in pieces():
         spread.add(c * (v - mean) ** 2)
     std = math.sqrt(spread.value / total)
+    qs = (50.0, *percentiles)
     ranks = {}
-    for q in (50, 90, 99):
+    for q in qs:
         h = (total - 1) * q / 100.0
         lo = int(np.floor(h))
         ranks[q] = (h, lo, min(lo + 1, total - 1))
     found = values_at_ranks(pieces, sorted({r for _, lo, hi in ranks.values() for r in (lo, hi)}))
-    p = {q: found[lo] + (h - lo) * (found[hi] - found[lo]) for q, (h, lo, hi) in ranks.items()}
-    stats = (mean, p[50], std, p[90], p[99])
-    return {f"{k}_{name}_ms": float(v) for k, v in zip(("mean", "median", "std", "p90", "p99"), stats)}
+    p = [found[lo] + (h - lo) * (found[hi] - found[lo]) for h, lo, hi in ranks.values()]
+    return _stat_keys(name, mean, std, p[0], percentiles, p[1:])
 
 
-def distribution(values_ms: np.ndarray, name: str, counts: np.ndarray | None = None) -> dict[str, float]:
-    """vLLM's mean/median/std/p90/p99 keys for one metric, in ms (0.0 when there are no values)."""
-    keys = ("mean", "median", "std", "p90", "p99")
+def _stat_keys(name: str, mean: float, std: float, median_value: float, percentiles, values) -> dict[str, float]:
+    """vLLM's keys for one metric: mean, median, std, then p{q} for each percentile (q = 50 is
+    reported once, as the median)."""
+    out = {f"mean_{name}_ms": float(mean), f"median_{name}_ms": float(median_value), f"std_{name}_ms": float(std)}
+    for q, v in zip(percentiles, values):
+        out.setdefault(percentile_key(q, name), float(v))
+    return out
+
+
+def distribution(values_ms: np.ndarray, name: str, counts: np.ndarray | None = None,
+                 percentiles: tuple[float, ...] = DEFAULT_PERCENTILES) -> dict[str, float]:
+    """vLLM's mean/median/std/p{q} keys for one metric, in ms (0.0 when there are no values)."""
     if len(values_ms) == 0 or (counts is not None and not counts.sum()):
-        return {f"{k}_{name}_ms": 0.0 for k in keys}
+        return _stat_keys(name, 0.0, 0.0, 0.0, percentiles, [0.0] * len(percentiles))
     if counts is None:
-        stats = (values_ms.mean(), median(values_ms), values_ms.std(), *percentiles(values_ms, (90, 99)))
+        mean, std, p50 = values_ms.mean(), values_ms.std(), median(values_ms)
+        ps = quantiles(values_ms, tuple(percentiles))
     else:  # exactly rounded sums: the entries' order (macro-steps or single steps) cannot matter
         total = int(counts.sum())
         mean = exact_sum(values_ms * counts) / total
         std = math.sqrt(exact_sum(counts * (values_ms - mean) ** 2) / total)
-        p50, p90, p99 = weighted_percentiles(values_ms, counts, (50, 90, 99))
-        stats = (mean, p50, std, p90, p99)
-    return {f"{k}_{name}_ms": float(v) for k, v in zip(keys, stats)}
+        p50, *ps = weighted_percentiles(values_ms, counts, (50, *percentiles))
+    return _stat_keys(name, mean, std, p50, percentiles, ps)
 
 
-def percentiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
+def quantiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
     """np.percentile(values, q) (its default, linear method) of a 1-D array for each q, to the
     bit: the same virtual index, neighbours and interpolation (numpy's _lerp, whose second form
     serves t >= 0.5), NaN if any value is NaN; one partition for all q. np.percentile itself
@@ -284,29 +297,24 @@ def median(values: np.ndarray) -> float:
 
 def summarize(requests: dict[str, np.ndarray], steps: dict, gaps: Gaps, *,
               duration_s: float, peak_flops: float, bandwidth_bytes_per_s: float, kv_capacity_tokens: int,
-              reject_reasons: tuple[str, ...], slo=None, replicas: int = 1) -> dict:
-    """The run's summary: vLLM's benchmark keys first, then capsim's (DESIGN §4). `requests` is
-    RequestLog.columns(), `steps` StepLog.totals(): the per-step sums."""
+              reject_reasons: tuple[str, ...], window: Window | None = None, saturation: Saturation | None = None,
+              percentiles: tuple[float, ...] = DEFAULT_PERCENTILES, goodput_ms: dict | None = None,
+              replicas: int = 1) -> dict:
+    """The run's summary: vLLM's benchmark keys first, then capsim's (DESIGN §4, §8). `requests` is
+    RequestLog.columns(), `steps` StepLog.totals(): the per-step sums. With a steady `window`
+    (capsim.steady) the throughput, goodput and latency keys describe the window, and their
+    whole-run values move under `whole_run`; the counts (ACCOUNTING) stay whole-run, and the
+    window's own count and span are under `measurement`."""
+    whole = headline(requests, gaps, duration_s, percentiles, goodput_ms)
+    if window is not None and window.steady:  # the accounting stays whole-run; rates and latencies are the window's
+        steady = window_headline(requests, window, gaps, percentiles, goodput_ms)
+        s = whole | {k: v for k, v in steady.items() if k not in ACCOUNTING}
+        s["whole_run"] = {k: v for k, v in whole.items() if k not in ACCOUNTING}
+        window_counts = {k: steady[k] for k in ("completed", "duration")}
+    else:
+        s, window_counts = whole, {"completed": whole["completed"], "duration": whole["duration"]}
     outcome = requests["outcome"]
-    completed = outcome == OUTCOMES.index("completed")
-    done = _rows(requests, completed)
     outcome_counts = np.bincount(outcome, minlength=len(OUTCOMES))
-    duration = duration_s if duration_s > 0 else float("nan")
-    out_tokens = int((done["generated_tokens"] * done["samples"]).sum())
-    in_tokens = int(done["prompt_tokens"].sum())
-    n_done = int(completed.sum())
-    s: dict = {
-        "completed": n_done,
-        "duration": float(duration_s),
-        "total_input_tokens": in_tokens,
-        "total_output_tokens": out_tokens,
-        "request_throughput": n_done / duration,
-        "output_throughput": out_tokens / duration,
-        "total_token_throughput": (in_tokens + out_tokens) / duration,
-    }
-    if slo is not None:
-        s["request_goodput"] = int(_meets_slo(done, slo).sum()) / duration
-    s.update(latencies(done, gaps))
     codes = requests["reject_reason"][outcome == OUTCOMES.index("rejected")]
     counts = np.bincount(codes[codes >= 0], minlength=len(reject_reasons))
     s.update({
@@ -316,9 +324,75 @@ def summarize(requests: dict[str, np.ndarray], steps: dict, gaps: Gaps, *,
         "unfinished": int(outcome_counts[OUTCOMES.index("unfinished")]),
         "preemptions": int(requests["preemptions"].sum()),
         "recomputed_tokens": int(requests["recomputed_tokens"].sum()),
+        "percentiles": [percentile_word(q) for q in percentiles],
     })
+    if window is not None:
+        s["measurement"] = window.as_dict() | window_counts | {"itl": "every inter-token gap of the run"}
+    if saturation is not None:
+        s["saturated"], s["saturation"] = saturation.saturated, saturation.as_dict()
     s.update(_step_stats(steps, duration_s, peak_flops, bandwidth_bytes_per_s, kv_capacity_tokens, replicas))
     return s
+
+
+def headline(requests: dict[str, np.ndarray], gaps: Gaps, duration_s: float,
+             percentiles: tuple[float, ...], goodput_ms: dict | None) -> dict:
+    """vLLM's benchmark keys over every request of the run (vLLM's own definitions: throughput is
+    what completed over the whole duration)."""
+    done = _rows(requests, requests["outcome"] == OUTCOMES.index("completed"))
+    duration = duration_s if duration_s > 0 else float("nan")
+    out_tokens = int((done["generated_tokens"] * done["samples"]).sum())
+    in_tokens = int(done["prompt_tokens"].sum())
+    s: dict = {
+        "completed": int(len(done["ttft_ms"])),
+        "duration": float(duration_s),
+        "total_input_tokens": in_tokens,
+        "total_output_tokens": out_tokens,
+        "request_throughput": len(done["ttft_ms"]) / duration,
+        "output_throughput": out_tokens / duration,
+        "total_token_throughput": (in_tokens + out_tokens) / duration,
+    }
+    s.update(_goodput(done, len(requests["outcome"]), duration, goodput_ms))
+    s.update(latencies(done, gaps, percentiles=percentiles))
+    return s
+
+
+def window_headline(requests: dict[str, np.ndarray], window: Window, gaps: Gaps,
+                    percentiles: tuple[float, ...], goodput_ms: dict | None) -> dict:
+    """vLLM's keys over a steady window: latencies of the requests that arrived in it, throughput of
+    what the server delivered during its span (completions and tokens served between its first and
+    last arrival; capsim.steady.emitted_in)."""
+    mine = _rows(requests, window.mask)
+    done = _rows(mine, mine["outcome"] == OUTCOMES.index("completed"))
+    span = window.span_s
+    finish = requests["finish_s"]
+    delivered = int(((finish > window.start_s) & (finish <= window.end_s)).sum())
+    out_served, in_served = emitted_in(requests, window.start_s, window.end_s)
+    s: dict = {
+        "completed": int(len(done["ttft_ms"])),
+        "duration": float(span),
+        "total_input_tokens": int(done["prompt_tokens"].sum()),
+        "total_output_tokens": int((done["generated_tokens"] * done["samples"]).sum()),
+        "request_throughput": delivered / span,
+        "output_throughput": out_served / span,
+        "total_token_throughput": (out_served + in_served) / span,
+    }
+    s.update(_goodput(done, len(mine["outcome"]), span, goodput_ms))
+    s.update(latencies(done, gaps, percentiles=percentiles))
+    return s
+
+
+def _goodput(done: dict[str, np.ndarray], arrived: int, duration_s: float, goodput_ms: dict | None) -> dict:
+    """vLLM's goodput: completed requests meeting every threshold, per second, and as a share of
+    the requests that arrived (so rejected and unfinished ones count against it)."""
+    if not goodput_ms:
+        return {}
+    ok = np.ones(len(done["ttft_ms"]), dtype=bool)
+    for metric, limit in goodput_ms.items():
+        values = done[f"{metric}_ms"]
+        ok &= (np.nan_to_num(values, nan=0.0) if metric == "tpot" else values) <= limit
+    good = int(ok.sum())
+    return {"request_goodput": good / duration_s if duration_s > 0 else 0.0, "good_requests": good,
+            "good_share": good / arrived if arrived else 0.0}
 
 
 def _rows(columns: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
@@ -326,37 +400,30 @@ def _rows(columns: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndar
     return columns if mask.all() else {name: col[mask] for name, col in columns.items()}
 
 
-def latencies(done: dict[str, np.ndarray], gaps: Gaps, cls: int | None = None) -> dict:
+def latencies(done: dict[str, np.ndarray], gaps: Gaps, cls: int | None = None,
+              percentiles: tuple[float, ...] = DEFAULT_PERCENTILES) -> dict:
     """TTFT, TPOT, ITL, E2EL and queueing distributions of completed requests (one class or all)."""
     tpot = done["tpot_ms"]
-    out = distribution(done["ttft_ms"], "ttft")
-    out.update(distribution(tpot[~np.isnan(tpot)], "tpot"))
-    out.update(weighted_distribution(lambda: ((g * 1e3, n) for g, n in gaps.pieces(cls)), "itl"))
-    out.update(distribution(done["e2el_ms"], "e2el"))
-    out.update(distribution(done["queueing_ms"], "queueing"))
+    out = distribution(done["ttft_ms"], "ttft", percentiles=percentiles)
+    out.update(distribution(tpot[~np.isnan(tpot)], "tpot", percentiles=percentiles))
+    out.update(weighted_distribution(lambda: ((g * 1e3, n) for g, n in gaps.pieces(cls)), "itl", percentiles))
+    out.update(distribution(done["e2el_ms"], "e2el", percentiles=percentiles))
+    out.update(distribution(done["queueing_ms"], "queueing", percentiles=percentiles))
     return out
 
 
-def per_class(requests: dict[str, np.ndarray], class_names: tuple[str, ...], gaps: Gaps) -> dict:
-    """The latency keys per request class (mixed workloads), with counts."""
+def per_class(requests: dict[str, np.ndarray], class_names: tuple[str, ...], gaps: Gaps,
+              window: Window | None = None, percentiles: tuple[float, ...] = DEFAULT_PERCENTILES) -> dict:
+    """The latency keys per request class (mixed workloads), with counts, over the window's requests."""
     out = {}
-    completed = requests["outcome"] == OUTCOMES.index("completed")
+    inside = window.mask if window is not None and window.steady else np.ones(len(requests["outcome"]), dtype=bool)
+    completed = (requests["outcome"] == OUTCOMES.index("completed")) & inside
     for i, name in enumerate(class_names):
-        mine = requests["class_index"] == i
+        mine = (requests["class_index"] == i) & inside
         done = _rows(requests, mine & completed)
-        out[name] = {"arrived": int(mine.sum()), "completed": int(len(done["ttft_ms"]))} | latencies(done, gaps, i)
+        out[name] = {"arrived": int(mine.sum()), "completed": int(len(done["ttft_ms"]))} | latencies(
+            done, gaps, i, percentiles)
     return out
-
-
-def _meets_slo(done: dict[str, np.ndarray], slo) -> np.ndarray:
-    ok = np.ones(len(done["ttft_ms"]), dtype=bool)
-    if slo.ttft_ms is not None:
-        ok &= done["ttft_ms"] <= slo.ttft_ms
-    if slo.tpot_ms is not None:
-        ok &= np.nan_to_num(done["tpot_ms"], nan=0.0) <= slo.tpot_ms
-    if slo.e2el_ms is not None:
-        ok &= done["e2el_ms"] <= slo.e2el_ms
-    return ok
 
 
 def _step_stats(t: dict, duration_s: float, peak: float, bandwidth: float, capacity: int, replicas: int) -> dict:

@@ -154,7 +154,8 @@ def plot_capacity(frame: pd.DataFrame, points: pd.DataFrame, over: str, objectiv
 
 def plot_saved(directory: Path, out_dir: Path | None = None, objectives: Objectives | None = None) -> list[Path]:
     """Redraw every figure from the files a run, sweep, compare or capacity search wrote (into
-    directory/plots by default). SLO lines: `objectives` if given, else the saved ones."""
+    directory/plots by default). SLO lines: `objectives` if given, else the saved ones (a run's
+    from summary.json's provenance)."""
     from capsim.errors import CapsimError
     from capsim.report import plot_run_dir
 
@@ -173,7 +174,9 @@ def plot_saved(directory: Path, out_dir: Path | None = None, objectives: Objecti
         paths += plot_capacity(pd.read_csv(directory / "capacity.csv"), pd.read_csv(directory / "capacity_points.csv"),
                                saved["capacity"]["over"], goals, out_dir)
     if (directory / "summary.json").is_file():
-        paths += plot_run_dir(directory, out_dir, (objectives or Objectives()).lines())
+        summary = json.loads((directory / "summary.json").read_text())
+        goals = _goals(objectives, {"objectives": summary.get("provenance", {}).get("slo")})
+        paths += plot_run_dir(directory, out_dir, goals.lines())
     if not paths:
         raise CapsimError(f"{directory}: nothing to plot: expected the files of `capsim run --out` (summary.json, "
                           "requests.csv, steps.csv) or of sweep/compare/capacity --out (sweep.json, compare.json, "

@@ -20,6 +20,7 @@ import numpy as np
 from capsim import config as C
 from capsim.catalog import load_hardware, load_model
 from capsim.cost_model import CostModel
+from capsim.costs import deployment_cost, deployment_gpus, price_for
 from capsim.csv_out import Column, Labels, as_dataframe, write_parts, write_table
 from capsim.engine import Engine
 from capsim.engines import EngineProfile, load_engine
@@ -36,11 +37,15 @@ from capsim.metrics import (
     request_table,
     summarize,
 )
+from capsim.provenance import provenance
 from capsim.replica import Replica, SwapSpace
 from capsim.running import RunningSet
 from capsim.schedulers import SCHEDULERS
+from capsim.slo import DEFAULT_PERCENTILES, Objectives, from_workload
 from capsim.speculative import TokenSchedule
+from capsim.steady import Window, choose_window, saturation
 from capsim.step_log import STEP_COLUMNS, step_totals
+from capsim.verdict import judge
 from capsim.workload import build_stream
 from capsim.workload_schema import WorkloadConfig
 
@@ -83,6 +88,8 @@ class RunResult:
     _requests: pd.DataFrame | None = field(default=None, repr=False)
     _steps: pd.DataFrame | None = field(default=None, repr=False)
     events: int = 0  # events the engine took (steps or macro-steps, waits, arrival events): its work
+    provenance: dict = field(default_factory=dict, repr=False)  # capsim.provenance: version, date, inputs
+    window: Window | None = field(default=None, repr=False)  # the requests the figures are measured over
 
     @property
     def requests(self) -> pd.DataFrame:
@@ -98,8 +105,11 @@ class RunResult:
             self._steps = as_dataframe(self._step_table(), codes=("bound",))
         return self._steps
 
-    def summary_json(self) -> str:
-        return json.dumps(self.summary, indent=2, sort_keys=False, allow_nan=True) + "\n"
+    def summary_json(self, provenance: bool = False) -> str:
+        """The summary as JSON; with `provenance` (summary.json, --json) also where it came from
+        (capsim.provenance: version, date, inputs), which differs between reruns."""
+        data = self.summary | {"provenance": self.provenance} if provenance else self.summary
+        return json.dumps(data, indent=2, sort_keys=False, allow_nan=True) + "\n"
 
     def write(self, out_dir: Path) -> list[Path]:
         """summary.json, requests.csv, steps.csv (one row per forward pass, or per macro-step for
@@ -108,7 +118,7 @@ class RunResult:
         pandas' to_csv writes for these tables (capsim.csv_out)."""
         out_dir.mkdir(parents=True, exist_ok=True)
         paths = [out_dir / "summary.json", out_dir / "requests.csv", out_dir / "steps.csv"]
-        paths[0].write_text(self.summary_json())
+        paths[0].write_text(self.summary_json(provenance=True))
         with open(paths[1], "w", newline="") as fh:
             write_table(self._request_table(), fh)
         with open(paths[2], "w", newline="") as fh:
@@ -185,13 +195,7 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
     if allocator == "contiguous" and (samples > 1 or w.prefix_caching):
         raise CapsimError(f"{source}: parallel samples and prefix caching share KV blocks, which needs "
                           "allocator: paged (a contiguous reservation cannot be shared).")
-    draft = load_model(w.speculative.draft_model) if w.speculative and w.speculative.draft_model else None
-    memory = memory_budget(
-        model, hardware, weights, kv_fmt, block_size=sched.block_size if allocator == "paged" else 1,
-        gpu_memory_utilization=w.gpu_memory_utilization, max_num_batched_tokens=budget,
-        max_num_seqs=sched.max_num_seqs, realistic=w.mode == "realistic", num_gpu_blocks=w.num_gpu_blocks,
-        engine=engine if w.mode == "realistic" else None, tp=w.tp, draft=draft,
-    )
+    memory = _memory(w, model, hardware, weights, kv_fmt, allocator, budget, engine, w.tp, w.num_gpu_blocks)
     if memory.num_blocks <= 0:
         raise CapsimError(
             f"{source}: {model.name} with {weights.name} weights ({memory.weight_bytes / 1e9:.1f} GB) leaves no memory "
@@ -200,6 +204,25 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
         )
     return Setup(w, source, base_dir, model, hardware, weights, kv_fmt, allocator, max_model_len, budget, memory,
                  engine)
+
+
+def _memory(w: WorkloadConfig, model, hardware, weights, kv_fmt, allocator: str, max_num_batched_tokens: int,
+            engine: EngineProfile | None, tp: int, num_gpu_blocks: int | None) -> MemoryBudget:
+    """The KV budget per GPU (capsim.memory) of a workload's set-up, at this KV format and TP."""
+    sched = w.scheduler
+    draft = load_model(w.speculative.draft_model) if w.speculative and w.speculative.draft_model else None
+    return memory_budget(
+        model, hardware, weights, kv_fmt, block_size=sched.block_size if allocator == "paged" else 1,
+        gpu_memory_utilization=w.gpu_memory_utilization, max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=sched.max_num_seqs, realistic=w.mode == "realistic", num_gpu_blocks=num_gpu_blocks,
+        engine=engine if w.mode == "realistic" else None, tp=tp, draft=draft,
+    )
+
+
+def _budget(setup: Setup, kv_fmt: NumberFormat | None = None, tp: int | None = None) -> MemoryBudget:
+    """The set-up's KV budget with another KV format or TP (what the verdict suggests)."""
+    return _memory(setup.workload, setup.model, setup.hardware, setup.weights, kv_fmt or setup.kv_cache,
+                   setup.allocator, setup.max_num_batched_tokens, setup.engine, tp or setup.workload.tp, None)
 
 
 def _engine(w: WorkloadConfig, source: str) -> EngineProfile | None:
@@ -269,9 +292,14 @@ def build_replica(setup: Setup, index: int = 0, num_classes: int = 1) -> Replica
 
 
 def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
-             progress: Callable[[int, int | None], None] | None = None, **overrides) -> RunResult:
+             progress: Callable[[int, int | None], None] | None = None, objectives: Objectives | None = None,
+             percentiles: tuple[float, ...] | None = None, price: float | dict[str, float] | None = None,
+             **overrides) -> RunResult:
     """Run one simulation. `workload` is a config object or a YAML path; keyword overrides are
     the CLI's (gpu, model, kv_cache, scheduler, allocator, rate, requests, seed, ...).
+    `objectives` (capsim.slo) judge the run (default: the workload's `slo:` block); `percentiles`
+    are reported besides mean and median (default 90 and 99, plus any a limit needs); `price`
+    overrides the profile's $ per GPU-hour (one number, or {GPU name: price}).
     `progress(finished, total)` is called now and then during the run (total: the workload's
     request count, None when a closed loop has none)."""
     if isinstance(workload, (str, Path)):
@@ -287,7 +315,10 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
                     progress=progress)
     with _collector_paused():
         end_s = engine.run()
-    return _result(setup, engine, end_s)
+    if objectives is None:
+        objectives = from_workload(setup.workload.slo)
+    asked = DEFAULT_PERCENTILES if percentiles is None else percentiles
+    return _result(setup, engine, end_s, objectives, tuple(sorted(set(asked) | set(objectives.percentiles()))), price)
 
 
 @contextmanager
@@ -306,7 +337,8 @@ def _collector_paused():
             gc.enable()
 
 
-def _result(setup: Setup, engine: Engine, end_s: float) -> RunResult:
+def _result(setup: Setup, engine: Engine, end_s: float, objectives: Objectives, percentiles: tuple[float, ...],
+            price) -> RunResult:
     requests = engine.requests.columns()
     log, cm = engine.steps, engine.replicas[0].cost
     if log.large:  # summarise in chunks; the table gets one row per macro-step, when asked for
@@ -320,21 +352,87 @@ def _result(setup: Setup, engine: Engine, end_s: float) -> RunResult:
         step_parts = partial(_step_parts, partial(list, [steps]))
     gaps = engine.gaps.view(log.segment_ends, log.segment_starts, log.decoder_gaps())
     class_names, reasons = engine.stream.class_names, engine.requests.reject_reasons
+    users = engine.stream.users if engine.closed_loop else None
+    window = choose_window(requests, setup.workload.measure, users)
     summary = summarize(
         requests, totals, gaps, duration_s=end_s, peak_flops=cm.peak, bandwidth_bytes_per_s=cm.bandwidth,
-        kv_capacity_tokens=setup.memory.kv_tokens, slo=setup.workload.slo, replicas=len(engine.replicas),
-        reject_reasons=reasons,
+        kv_capacity_tokens=setup.memory.kv_tokens, replicas=len(engine.replicas), reject_reasons=reasons,
+        window=window, saturation=saturation(requests, window, engine.closed_loop, end_s=end_s), percentiles=percentiles,
+        goodput_ms=objectives.goodput_ms,
     )
     if len(class_names) > 1:
-        summary["classes"] = per_class(requests, class_names, gaps)
+        summary["classes"] = per_class(requests, class_names, gaps, window, percentiles)
     if setup.allocator == "contiguous":
         summary["kv_reserved_unused"], summary["kv_internal_waste"] = summary["kv_internal_waste"], 0.0
     else:
         summary["kv_reserved_unused"] = 0.0
     summary.update(_feature_stats(setup, engine, totals, requests))
+    summary.update(kv_fit(requests, setup.memory.kv_tokens, setup.max_model_len))
+    summary.update(_cost(setup, summary, price))
     summary["setup"] = describe(setup)
+    summary["verdict"] = judge(summary, objectives, setup, kv_alternatives(setup, summary.get("mean_request_tokens")),
+                               capacity_command(setup.source, objectives, engine.closed_loop)).as_dict()
     return RunResult(setup, summary, gaps, partial(request_table, requests, class_names, reasons), step_table,
-                     step_parts, steps_per_row=log.large, events=engine.events)
+                     step_parts, steps_per_row=log.large, events=engine.events,
+                     provenance=provenance(setup, summary, objectives), window=window)
+
+
+def kv_fit(requests: dict[str, np.ndarray], kv_tokens: int, max_model_len: int) -> dict:
+    """Concurrent sequences the KV cache holds: at the workload's mean request length (prompt +
+    output of the requests that arrived) and at max_model_len (the guaranteed worst case)."""
+    lengths = requests["prompt_tokens"].astype(np.int64) + requests["output_tokens"].astype(np.int64)
+    mean_tokens = float(lengths.mean()) if len(lengths) else None
+    return {"mean_request_tokens": mean_tokens,
+            "max_seqs_at_mean_request": int(kv_tokens // mean_tokens) if mean_tokens else None,
+            "max_seqs_at_max_model_len": int(kv_tokens // max_model_len)}
+
+
+def _cost(setup: Setup, summary: dict, price) -> dict:
+    """The deployment's cost at this run's load (capsim.costs): every GPU of every replica."""
+    w = setup.workload
+    per_gpu, source = price_for(setup.hardware.name, setup.hardware.price_per_hour_usd, price)
+    cost = deployment_cost(per_gpu, source, deployment_gpus(w.tp, 1, w.replicas), summary["output_throughput"],
+                           summary["total_token_throughput"], load_text(w))
+    return {"gpus": cost.gpus, "usd_per_hour": cost.usd_per_hour, "usd_per_m_output_tokens": cost.usd_per_m_output_tokens,
+            "usd_per_m_total_tokens": cost.usd_per_m_total_tokens, "cost": cost.as_dict()}
+
+
+def load_text(w: WorkloadConfig) -> str:
+    """The offered load in words ('2 req/s offered (poisson)', '200 closed-loop users ...')."""
+    a = w.arrivals
+    if a.kind in ("poisson", "gamma", "constant"):
+        return f"{a.rate_per_s:g} req/s offered ({a.kind})"
+    if a.kind == "closed_loop":
+        return f"{a.users:,} closed-loop users, {a.think_time_s:g} s think time"
+    if a.kind == "trace":
+        return f"the trace {Path(a.file).name} at time scale {a.time_scale:g}"
+    return f"{w.requests:,} requests at once"
+
+
+def kv_alternatives(setup: Setup, mean_tokens: float | None) -> list[tuple[str, int]]:
+    """Sequences of the mean request length the KV cache would hold with an 8-bit KV cache and with
+    twice the tensor parallelism (each where it applies), for the verdict's next steps."""
+    if not mean_tokens or setup.memory.overridden:
+        return []
+    out = []
+    if setup.kv_cache.bits_per_value > 8:
+        fp8 = _budget(setup, kv_fmt=get_format("fp8_e4m3", for_kv=True))
+        out.append(("fp8 KV", int(fp8.kv_tokens // mean_tokens)))
+    tp = setup.workload.tp * 2
+    if tp <= 8 and setup.model.num_heads % tp == 0:
+        wider = _budget(setup, tp=tp)
+        out.append((f"TP {tp}", int(wider.kv_tokens // mean_tokens)))
+    return out
+
+
+def capacity_command(source: str, objectives: Objectives, users: bool = False) -> str:
+    """The `capsim capacity` command a user would run next for this workload and these SLOs."""
+    slo = [f"--slo {key.split('_')[1]}_{'p50' if key.startswith('median') else key.split('_')[0]}_ms={v:g}"
+           for key, v in objectives.limits_ms.items()]
+    if objectives.goodput_ms:
+        slo.append("--slo '" + " ".join(f"{m}:{v:g}" for m, v in objectives.goodput_ms.items()) + "'")
+    slo_text = " ".join(slo) if slo else "--slo ttft_p99_ms=2000 --slo tpot_p99_ms=50"
+    return f"capsim capacity {source} {slo_text}" + (" --users" if users else "")
 
 
 def _step_table(columns: Callable[[], dict[str, np.ndarray]]) -> dict[str, Column]:

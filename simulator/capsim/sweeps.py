@@ -164,7 +164,7 @@ def sweep(workload, *, rates: list[float] | None = None, users: list[int] | None
         wx, ox = (w, given | {"rate": x}) if rates is not None else (with_users(w, x, think_time_s), dict(given))
         if not tasks:
             prepare(wx, ox)  # fail fast on a bad set-up, before anything runs
-        tasks += [Task(wx, ox | {"seed": base_seed + i}, {over: x}, objectives.goodput_thresholds(), price) for i in range(seeds)]
+        tasks += [Task(wx, ox | {"seed": base_seed + i}, {over: x}, objectives, price) for i in range(seeds)]
     records = run_tasks(evaluate, tasks, workers=workers, dask_scheduler=dask_scheduler, progress=progress)
     runs = pd.DataFrame(records)
     frame = runs if seeds == 1 else aggregate(runs, [over])
@@ -172,7 +172,8 @@ def sweep(workload, *, rates: list[float] | None = None, users: list[int] | None
 
 
 def judge(frame: pd.DataFrame, objectives: Objectives) -> pd.DataFrame:
-    """Add slo_met and slo_failures columns when there are objectives."""
+    """Add slo_met and slo_failures columns when there are objectives (a saturated row never meets
+    them: capsim.slo.Objectives.checks)."""
     if objectives.empty or frame.empty:
         return frame
     failures = [objectives.failures(row) if pd.notna(row.get("completed")) else ["not run"]
@@ -208,8 +209,8 @@ class CompareResult:
 
 COMPARE_FIRST = ("kv_capacity_tokens", "mean_request_tokens", "max_seqs_at_mean_request", "max_seqs_at_max_model_len",
                  "request_throughput", "output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
-                 "p99_tpot_ms", "kv_utilisation", "kv_capacity_utilisation", "price_usd_per_hour",
-                 "usd_per_m_output_tokens")
+                 "p99_tpot_ms", "kv_utilisation", "kv_capacity_utilisation", "saturated", "gpus", "usd_per_hour",
+                 "usd_per_m_output_tokens", "usd_per_m_total_tokens", "cost_at_load")
 
 
 def compare(workload, *, seeds: int = 1, objectives: Objectives | None = None, price=None,
@@ -232,7 +233,7 @@ def compare(workload, *, seeds: int = 1, objectives: Objectives | None = None, p
     problems = [_problem(w, given | combo) for combo in combos]
     if combos and all(problems):
         raise CapsimError(problems[0])
-    tasks = [Task(w, given | combo | {"seed": base_seed + i}, {"combination": n} | combo, objectives.goodput_thresholds(), price)
+    tasks = [Task(w, given | combo | {"seed": base_seed + i}, {"combination": n} | combo, objectives, price)
              for n, (combo, problem) in enumerate(zip(combos, problems)) if problem is None for i in range(seeds)]
     runs = pd.DataFrame(run_tasks(evaluate, tasks, workers=workers, dask_scheduler=dask_scheduler, progress=progress))
     frame = runs if seeds == 1 else aggregate(runs, ["combination"])

@@ -15,7 +15,6 @@ from rich.table import Table
 
 from capsim.records import MIN_PERCENTILE_SAMPLES
 
-DRAIN_WARNING = 0.25  # warn when more than this share of a run is the queue draining
 FEW = f"* percentile resting on fewer than {MIN_PERCENTILE_SAMPLES} samples (p99 of TTFT needs >= 100 completed requests)"
 
 
@@ -59,39 +58,59 @@ def pair(row: dict, a: str, b: str, digits: int = 1) -> str:
 def compare_view(frame: pd.DataFrame, axes: list[str]) -> tuple[list[str], list[list[str]], list[str]]:
     """(columns, rows, caption) of a compare frame."""
     rows = frame.to_dict("records")
-    columns = axes + ["KV tokens", "seqs: mean req / max len", "req/s", "out tok/s", "TTFT ms p50 / p99",
-                      "TPOT ms p50 / p99", "KV util %", "$/GPU-h", "$/1M out tok"]
+    capacity = next((c for c in ("capacity_rate_per_s", "capacity_users") if c in frame), None)
+    names = list(axes) + (["capacity (req/s)" if capacity == "capacity_rate_per_s" else "capacity (users)"]
+                          if capacity else [])
+    axes = axes + ([capacity] if capacity else [])
+    columns = names + ["KV tokens", "seqs: mean req / max len", "req/s", "out tok/s", "TTFT ms p50 / p99",
+                      "TPOT ms p50 / p99", "KV util %", "GPUs", "$/h", "$/1M out tok", "load"]
     problems = any(not missing(r.get("problem")) for r in rows)
     columns += ["note"] if problems else []
     out = []
     for r in rows:
-        cells = [str(r[a]) for a in axes]
+        cells = [_cell(r[a]) for a in axes]
         if not missing(r.get("problem")):
             out.append(cells + ["-"] * (len(columns) - len(axes) - 1) + [str(r["problem"])])
             continue
         cells += [num(r, "kv_capacity_tokens", 0), pair(r, "max_seqs_at_mean_request", "max_seqs_at_max_model_len", 0),
                   num(r, "request_throughput", 2), num(r, "output_throughput", 0),
                   pair(r, "median_ttft_ms", "p99_ttft_ms"), pair(r, "median_tpot_ms", "p99_tpot_ms"),
-                  num(r, "kv_utilisation", 1, 100), num(r, "price_usd_per_hour", 2, prefix="$"),
-                  num(r, "usd_per_m_output_tokens", 3, prefix="$")]
+                  num(r, "kv_utilisation", 1, 100), num(r, "gpus", 0), num(r, "usd_per_hour", 2, prefix="$"),
+                  num(r, "usd_per_m_output_tokens", 3, prefix="$"), _load_cell(r)]
         out.append(cells + ([""] if problems else []))
     first = next((r for r in rows if missing(r.get("problem"))), rows[0])
     caption = [
         f"seqs: concurrent sequences the KV cache holds at the workload's mean request ({num(first, 'mean_request_tokens', 0)} "
         "prompt + output tokens) / at max_model_len (the guaranteed worst case)",
         "KV util: share of held KV memory that stores tokens (time-weighted)",
-        "$/1M out tok = $ per GPU-hour / (output tokens/s x 3600) x 1e6, per GPU, at this load (the workload's "
-        "arrival rate; `capsim capacity` prices the highest load that meets the SLOs); n/a: the profile has no price "
-        "(give --price-per-hour)",
+        "$/h = $ per GPU-hour x GPUs (TP x replicas); $/1M out tok = $/h / (output tokens/s x 3600) x 1e6, at the "
+        "load shown (every row at the same offered load; --at-capacity prices each at its own capacity); n/a: no "
+        "price (give --price-per-hour)",
+        "load: the offered load; SATURATED: the queue kept growing, so the row's latency and cost hold for this run's "
+        "length only",
     ]
     return columns, out, caption + _flags(rows)
+
+
+def _cell(v) -> str:
+    return "none" if missing(v) else f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _load_cell(r: dict) -> str:
+    """The offered load of a row, marked when it saturated (or was too short to judge)."""
+    load = str(r.get("cost_at_load") or "")
+    if r.get("saturated"):
+        return f"{load} SATURATED"
+    if r.get("too_short"):
+        return f"{load} (too short)"
+    return load
 
 
 def sweep_view(frame: pd.DataFrame, over: str) -> tuple[list[str], list[list[str]], list[str]]:
     rows = frame.to_dict("records")
     load = "req/s offered" if over == "rate_per_s" else "users"
     columns = [load, "done", "req/s", "out tok/s", "TTFT ms p50 / p99", "TPOT ms p50 / p99", "E2EL p99 ms",
-               "KV in use %", "$/1M out tok"]
+               "KV in use %", "$/1M out tok", "state"]
     goodput = any(not missing(r.get("good_share")) for r in rows)
     judged = "slo_met" in frame
     columns += (["goodput %"] if goodput else []) + (["SLOs"] if judged else [])
@@ -100,48 +119,56 @@ def sweep_view(frame: pd.DataFrame, over: str) -> tuple[list[str], list[list[str
         cells = [f"{r[over]:g}", num(r, "completed", 0), num(r, "request_throughput", 2), num(r, "output_throughput", 0),
                  pair(r, "median_ttft_ms", "p99_ttft_ms"), pair(r, "median_tpot_ms", "p99_tpot_ms"),
                  num(r, "p99_e2el_ms", 0), num(r, "kv_capacity_utilisation", 1, 100),
-                 num(r, "usd_per_m_output_tokens", 3, prefix="$")]
+                 num(r, "usd_per_m_output_tokens", 3, prefix="$"), _state(r)]
         cells += [num(r, "good_share", 1, 100)] if goodput else []
         cells += (["met" if r["slo_met"] else "missed: " + r["slo_failures"]] if judged else [])
         out.append(cells)
     caption = ["KV in use: stored tokens / KV capacity, time-averaged; goodput: share of arrived requests meeting "
-               "every goodput threshold"]
+               "every goodput threshold",
+               "state: steady, SATURATED (the queue kept growing: latency grows with the run's length, never meets "
+               "an SLO) or too short (the steady window spans under 10 request lifetimes); figures over each run's "
+               "steady window"]
     if "seeds" in frame:
         caption.append(f"mean ± 95% t-interval over {int(frame['seeds'].iloc[0])} seeds")
     return columns, out, caption + _flags(rows)
+
+
+def _state(r: dict) -> str:
+    if r.get("saturated"):
+        return "SATURATED"
+    return "too short" if r.get("too_short") else "steady"
 
 
 def capacity_view(frame: pd.DataFrame, over: str, axes: list[str]) -> tuple[list[str], list[list[str]], list[str]]:
     rows = frame.to_dict("records")
     unit = "req/s" if over == "rate_per_s" else "users"
     columns = axes + [f"capacity ({unit})", "goodput req/s", "TTFT ms p50 / p99", "TPOT ms p50 / p99", "out tok/s",
-                      "$/1M out tok", "$/1M tok", "sims"]
-    target = "replicas" in frame
-    columns += ["target req/s", "replicas", "$/1M out tok at target"] if target else []
+                      "GPUs", "$/h", "$/1M out tok", "$/1M tok", "sims"]
+    target = "replicas_for_target" in frame
+    columns += ["target req/s", "replicas", "GPUs at target", "$/h at target", "$/1M out tok at target"] if target else []
     out = []
     for r in rows:
         value = r[f"capacity_{over}"]
         cap = "none" if missing(value) else f"{value:g}" + ("" if r["bounded"] else "+")
         cells = [str(r[a]) for a in axes] + [cap, num(r, "request_goodput", 2), pair(r, "median_ttft_ms", "p99_ttft_ms"),
                                              pair(r, "median_tpot_ms", "p99_tpot_ms"), num(r, "output_throughput", 0),
+                                             num(r, "gpus", 0), num(r, "usd_per_hour", 2, prefix="$"),
                                              num(r, "usd_per_m_output_tokens", 3, prefix="$"),
                                              num(r, "usd_per_m_total_tokens", 3, prefix="$"), str(r["simulations"])]
         if target:
-            cells += [f"{r['target_rate_per_s']:g}", num(r, "replicas", 0),
+            cells += [f"{r['target_rate_per_s']:g}", num(r, "replicas_for_target", 0), num(r, "gpus_at_target", 0),
+                      num(r, "usd_per_hour_at_target", 2, prefix="$"),
                       num(r, "usd_per_m_output_tokens_at_target", 3, prefix="$")]
         out.append(cells)
     caption = [f"capacity: the highest {unit} meeting every SLO, found within {100 * rows[0]['tolerance']:g}% by a "
                "bracketing search (same seed at every point); '+': no failing load found up to it; 'none': even the "
-               "lowest load tried misses an SLO. Latency, goodput and cost are at the capacity.",
-               "$/1M tok counts prompt + output tokens"]
+               "lowest load tried misses an SLO. Latency, goodput and cost are at the capacity, over each run's steady "
+               "window; a saturated point (its queue kept growing) never counts as meeting an SLO, and a point too "
+               "short or too close to a limit to judge is simulated again for longer.",
+               "$/h = $ per GPU-hour x GPUs (TP x replicas); $/1M tok counts prompt + output tokens"]
     if target:
         caption.append("replicas: ceil(target / capacity), checked by simulating one replica at target / replicas")
-    caption.append("goodput: requests meeting every per-request threshold (the goodput SLOs, else the percentile "
-                   "limits read per request), per second")
-    drained = [r for r in rows if not missing(r.get("drain_share")) and r["drain_share"] > DRAIN_WARNING]
-    if drained:
-        caption.append(f"warning: at the capacity {100 * max(r['drain_share'] for r in drained):.0f}% of the run is the "
-                       "queue draining after the last arrival; give more requests (--requests) for a steady-state answer")
+    caption.append("goodput: requests meeting every goodput threshold, per second (n/a under percentile limits alone)")
     return columns, out, caption + _flags(rows)
 
 

@@ -205,12 +205,81 @@ class Speculative(Frozen):
     )
 
 
-class SLO(Frozen):
-    """Service-level objectives for goodput (vLLM's ttft / tpot / e2el, in ms)."""
+class GoodputSLO(Frozen):
+    """Per-request thresholds, vLLM's `--goodput ttft:MS tpot:MS e2el:MS`: a request is good when it
+    completed and met every one; the objective holds when good requests are at least `min_share`
+    of the requests that arrived in the measurement window."""
 
     ttft_ms: float | None = Field(None, gt=0)
     tpot_ms: float | None = Field(None, gt=0)
     e2el_ms: float | None = Field(None, gt=0)
+    min_share: float = Field(0.9, gt=0, le=1, description="share of requests that must be good (0.9 = 90%)")
+
+    @model_validator(mode="after")
+    def _some(self) -> GoodputSLO:
+        if self.ttft_ms is None and self.tpot_ms is None and self.e2el_ms is None:
+            raise ValueError("give at least one of ttft_ms, tpot_ms, e2el_ms")
+        return self
+
+
+_LEGACY_SLO = (
+    "the slo block names its kind: `slo: {goodput: {ttft_ms: 1000, tpot_ms: 60}}` for per-request thresholds "
+    "(vLLM's --goodput; good requests must be at least min_share, default 0.9, of the requests), or "
+    "`slo: {limits: {ttft_p99_ms: 1000, tpot_p99_ms: 60}}` for percentile limits"
+)
+
+
+class SLO(Frozen):
+    """Service-level objectives, in two kinds named apart (capsim.slo): percentile limits on the
+    reported statistics, and goodput thresholds per request."""
+
+    limits: dict[str, float] | None = Field(
+        None, description="percentile limits, METRIC_STAT_ms: LIMIT (ttft|tpot|itl|e2el x mean|median|pNN), "
+        "e.g. {ttft_p99_ms: 2000, tpot_p99_ms: 50}")
+    goodput: GoodputSLO | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named_kinds(cls, data):
+        if isinstance(data, dict) and any(k in data for k in ("ttft_ms", "tpot_ms", "e2el_ms")):
+            raise ValueError(_LEGACY_SLO)
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> SLO:
+        from capsim.slo import summary_key
+
+        for name, limit in (self.limits or {}).items():
+            if summary_key(name) is None:
+                raise ValueError(f"limits: {name!r} names no statistic; use METRIC_STAT_ms with METRIC one of ttft, "
+                                 "tpot, itl, e2el and STAT one of mean, median, p50, p90, p95, p99, p99.9 "
+                                 "(e.g. ttft_p99_ms)")
+            if not limit > 0:
+                raise ValueError(f"limits: {name} must be a positive number of milliseconds")
+        if not self.limits and self.goodput is None:
+            raise ValueError("give limits, goodput or both")
+        return self
+
+
+class Measure(Frozen):
+    """The steady-state window the figures are measured over (DESIGN §8): the warm-up and the
+    cool-down are left out, by request count or by time. Defaults: a tenth of the arrivals at
+    each end, and with closed-loop users at least each user's first request (the first wave) and
+    their last (the drain)."""
+
+    warmup_requests: int | None = Field(None, ge=0, description="leave out the first N arrivals")
+    warmup_s: float | None = Field(None, ge=0, description="or: leave out arrivals before this time")
+    cooldown_requests: int | None = Field(None, ge=0, description="leave out the last N arrivals")
+    cooldown_s: float | None = Field(None, ge=0, description="or: leave out arrivals in the last N seconds")
+    whole_run: bool = Field(False, description="measure over every request instead (no window)")
+
+    @model_validator(mode="after")
+    def _one_each(self) -> Measure:
+        if self.warmup_requests is not None and self.warmup_s is not None:
+            raise ValueError("give warmup_requests or warmup_s, not both")
+        if self.cooldown_requests is not None and self.cooldown_s is not None:
+            raise ValueError("give cooldown_requests or cooldown_s, not both")
+        return self
 
 
 class WorkloadConfig(Frozen):
@@ -243,6 +312,7 @@ class WorkloadConfig(Frozen):
     duration_s: float | None = Field(None, gt=0, description="or: send requests for this long")
     horizon_s: float | None = Field(None, gt=0, description="stop the clock here; the rest is 'unfinished'")
     slo: SLO | None = None
+    measure: Measure = Measure()
     seed: int = Field(0, ge=0, lt=2**63)
     shared_prefix_tokens: int = Field(
         0, ge=0, description="a system prompt of this many tokens, identical for every request (of a class), "
