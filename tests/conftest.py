@@ -130,3 +130,26 @@ def running_set(*reqs, block_size: int = 4, window: int = 0):
     for r in reqs:
         rs.admit(r)
     return rs
+
+
+def run_main(*args) -> tuple[int, str, str]:
+    """`capsim ARGS` through capsim.cli.main in this process: (exit status, stdout, stderr)."""
+    import contextlib
+    import io
+    import sys
+
+    from capsim.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    argv = sys.argv
+    sys.argv = ["capsim", *map(str, args)]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.argv = argv
+    return code, out.getvalue(), err.getvalue()
