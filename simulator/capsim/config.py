@@ -301,31 +301,42 @@ def _model_at(cls: Any, parts: tuple) -> type[BaseModel] | None:
     return models[0] if len(models) == 1 else None
 
 
-def _unknown_key(cls: Any, loc: tuple) -> str:
-    """'unknown key. Did you mean: x? Allowed here: ...' for a misspelled or misplaced key."""
+def _unknown_key(cls: Any, loc: tuple, listed: set) -> str:
+    """'unknown key. Did you mean: x?' for a misspelled key, else the keys allowed there (once
+    per place: `listed` holds the places already listed)."""
     owner = _model_at(cls, loc[:-1])
     if owner is None:
         return "unknown key"
     allowed = sorted(owner.model_fields)
     hint = did_you_mean(str(loc[-1]), allowed) if isinstance(loc[-1], str) else ""
-    return f"unknown key.{hint}" if hint else f"unknown key; allowed here: {', '.join(allowed)}"
+    if hint or owner in listed:
+        return f"unknown key.{hint}" if hint else "unknown key"
+    listed.add(owner)
+    return f"unknown key; allowed here: {', '.join(allowed)}"
 
 
 def _explain(source: str, exc: ValidationError, cls: Any = None) -> str:
-    """One paragraph naming the file, each failing field, what was given (cut short) and what is
-    allowed."""
-    parts = []
-    for err in exc.errors()[:4]:
+    """One paragraph naming the file, each failing field (up to about 600 characters of them),
+    what was given (cut short) and what is allowed."""
+    parts: list[str] = []
+    errors = exc.errors()
+    listed: set = set()
+    for err in errors:
+        if len(parts) == 4 or sum(map(len, parts)) > 600:
+            break
         loc = _loc(err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = _unknown_key(cls, err["loc"])
+        ctx = err.get("ctx") or {}
+        if err["type"] == "union_tag_invalid":  # pydantic's text repeats the whole tag given
+            msg = f"'{ctx.get('discriminator')}' must be one of {ctx.get('expected_tags')} (got {quote(ctx.get('tag'))})"
+        elif err["type"] == "extra_forbidden":
+            msg = _unknown_key(cls, err["loc"], listed)
         elif err["type"] == "missing":
             msg = "required field is missing"
         given = err.get("input")
         shown = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(given, dict) else f" (got {quote(given)})"
-        parts.append(f"field '{quote(loc, 80).strip(chr(39))}': {msg}{shown}")
-    more = len(exc.errors()) - 4
+        parts.append(f"field '{quote(loc, 80).strip(chr(39))}': {msg[:300]}{shown}")
+    more = len(errors) - len(parts)
     tail = f"; and {more} more problem(s)" if more > 0 else ""
     text = f"{source}: " + "; ".join(parts) + tail
     return text if text.endswith((".", "?")) else text + "."

@@ -291,7 +291,9 @@ def summarize(requests: dict[str, np.ndarray], steps: dict, gaps: Gaps, *,
     completed = outcome == OUTCOMES.index("completed")
     done = _rows(requests, completed)
     outcome_counts = np.bincount(outcome, minlength=len(OUTCOMES))
-    duration = duration_s if duration_s > 0 else float("nan")
+    # A run that never stepped (every request rejected at once) lasted 0 s and completed nothing:
+    # its throughputs are 0, not 0/0 (the summary holds finite numbers only).
+    duration = duration_s if duration_s > 0 else float("inf")
     out_tokens = int((done["generated_tokens"] * done["samples"]).sum())
     in_tokens = int(done["prompt_tokens"].sum())
     n_done = int(completed.sum())

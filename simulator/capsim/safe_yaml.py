@@ -78,11 +78,14 @@ def load(text: str, source: str) -> Any:
             return None
         _check_size(node, source)
         return loader.construct_document(node)
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow (NUL, other controls)
+        raise CapsimError(f"{source}: not valid YAML at character {exc.position + 1}: {exc.reason} "
+                          f"(#x{exc.character if isinstance(exc.character, int) else 0:04x}).") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise CapsimError(f"{source}: not valid YAML{where}: {_cut(problem)}.") from None
+        raise CapsimError(f"{source}: not valid YAML{where}: {_cut(' '.join(str(problem).split()))}.") from None
     finally:
         loader.dispose()
 
