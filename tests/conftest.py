@@ -6,6 +6,11 @@ from __future__ import annotations
 import pytest
 from capsim.config import HardwareProfile, ModelSpec
 from capsim.request import Request
+from hypothesis import settings
+
+# `pytest --hypothesis-profile=long`: every property test that does not fix its own number of
+# examples (the command-line fuzzer in test_fuzz_cli.py among them) draws 2,000 instead of 100.
+settings.register_profile("long", max_examples=2000)
 
 ROUND_GPU = {
     "name": "round-gpu",
