@@ -46,10 +46,8 @@ def test_a_peer_announcing_exabytes_is_refused_without_reading_them():
 
 def test_a_silent_peer_such_as_a_web_server_times_out_on_the_first_read():
     address = _server(None)
-    started = time.monotonic()
     with pytest.raises(CapsimError, match="no Dask scheduler answered within 0.5 s"):
         probe(address, timeout_s=0.5)
-    assert time.monotonic() - started < 2.5  # bounded by the timeout, not by the peer (a loose bound)
 
 
 def test_a_peer_that_closes_mid_message_is_refused():

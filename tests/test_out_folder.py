@@ -128,3 +128,16 @@ def test_ctrl_c_while_a_run_writes_its_files_leaves_nothing_that_looks_complete(
     code, _, err = run_main("run", "workloads/chat.yaml", "--requests", "20", "--out", tmp_path / "run")
     assert code == 130 and err.strip() == "interrupted"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_measurements_are_kept_beside_the_folder_when_asked_and_nothing_when_there_are_none(tmp_path):
+    out = OutputFolder(tmp_path / "calib", "calibrate")
+    with pytest.raises(KeyboardInterrupt), out.writing(keep_partial=True) as tmp:
+        (tmp / "gpu.calibrated.jsonl").write_text('{"point": 1}\n')
+        raise KeyboardInterrupt
+    kept = list(tmp_path.iterdir())
+    assert len(kept) == 1 and kept[0].name.startswith(".calib.partial-")  # hidden: not a finished output
+    assert (kept[0] / "gpu.calibrated.jsonl").read_text() == '{"point": 1}\n'
+    with pytest.raises(KeyboardInterrupt), OutputFolder(tmp_path / "other", "calibrate").writing(keep_partial=True):
+        raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == kept
