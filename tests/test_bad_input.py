@@ -107,6 +107,14 @@ def test_values_quoted_in_errors_are_cut_short(tmp_path):
     assert len(err) < 400
 
 
+def test_absurdly_long_names_and_paths_are_quoted_short(tmp_path):
+    long = "x" * 5000
+    for args in (["run", "workloads/chat.yaml", "--gpu", long], ["run", "workloads/chat.yaml", "--gpu", long + ".yaml"],
+                 ["run", long + ".yaml"], ["sweep", "workloads/chat.yaml", "--rate", long],
+                 ["compare", "workloads/chat.yaml", "--kv-cache", long], ["capacity", "workloads/chat.yaml", "--slo", long]):
+        assert len(clean_error(run_main(*args))) < 600  # the 5,000 characters are not repeated
+
+
 def test_request_counts_beyond_memory_are_refused_with_an_estimate(tmp_path, monkeypatch):
     from capsim import limits
 

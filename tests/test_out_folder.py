@@ -141,3 +141,9 @@ def test_measurements_are_kept_beside_the_folder_when_asked_and_nothing_when_the
     with pytest.raises(KeyboardInterrupt), OutputFolder(tmp_path / "other", "calibrate").writing(keep_partial=True):
         raise KeyboardInterrupt
     assert list(tmp_path.iterdir()) == kept
+
+
+def test_a_place_that_cannot_be_written_is_refused_before_the_run(tmp_path):
+    (tmp_path / "file").write_text("")
+    code, out, err = run_main("run", "workloads/bench-1m.yaml", "--out", tmp_path / "file" / "run")
+    assert code == 2 and out == "" and "cannot write there" in err  # at once: not after a million requests

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from capsim.console import dict_table, rich_table
-from capsim.errors import CapsimError
+from capsim.errors import CapsimError, quote
 
 app = typer.Typer(
     name="capsim",
@@ -506,7 +506,8 @@ def validate(
     group: Annotated[Optional[list[str]], typer.Option(help="decode | prefill | ttft | max_throughput | concurrency (repeatable)")] = None,
     workers: Annotated[Optional[int], typer.Option(help="parallel simulations (default: one per core)")] = None,
     fmt: FormatOpt = TableFormat.table,
-    out_dir: Annotated[Optional[Path], typer.Option("--out", help="write validation.csv and validation.json here")] = None,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", help="write validation.csv and validation.json here (a new "
+                                                    "or empty folder, or an earlier validation's, replaced whole)")] = None,
 ) -> None:
     """Run the published measurements in validation/*.yaml through the simulator: measured vs
     predicted per point, and MAPE per group (decode, prefill, TTFT, max throughput, concurrency)."""
@@ -549,9 +550,9 @@ def main() -> None:
     except OSError as exc:  # e.g. an --out folder that cannot be made or written; a full disk
         if isinstance(exc, BrokenPipeError):  # output piped into a reader that stopped (| head)
             raise SystemExit(1) from None
-        where = f"{exc.filename}: " if exc.filename else ""
-        _error(f"{where}cannot write or read here ({exc.strerror or exc}); give an --out folder that can be created "
-               "and written.")
+        where = f"{quote(str(exc.filename), 120).strip(chr(39))}: " if exc.filename else ""
+        _error(f"{where}cannot read or write it ({exc.strerror or str(exc)[:120]}); check the path (an --out folder "
+               "must be one that can be created and written).")
         raise SystemExit(2) from None
     except SystemExit:
         raise

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from capsim import limits as L
 from capsim import safe_yaml
-from capsim.errors import CapsimError, did_you_mean, quote
+from capsim.errors import CapsimError, did_you_mean, quote, short_path
 
 # pydantic puts the chosen member's tag into error locations of tagged unions; users never wrote
 # it, so error messages leave these out.
@@ -261,7 +261,7 @@ T = TypeVar("T", bound=BaseModel)
 def read_yaml(path: Path) -> Any:
     """Parse a YAML file within capsim.safe_yaml's bounds (size, encoding, duplicate keys, alias
     expansion); every problem is a CapsimError naming the file, with the line and column."""
-    return safe_yaml.load(safe_yaml.read_text(Path(path)), str(path))
+    return safe_yaml.load(safe_yaml.read_text(Path(path)), short_path(path))
 
 
 def _loc(parts: tuple) -> str:
@@ -353,4 +353,4 @@ def validate(cls: type[T], data: Any, source: str) -> T:
 
 
 def load_yaml_as(cls: type[T], path: Path) -> T:
-    return validate(cls, read_yaml(path), str(path))
+    return validate(cls, read_yaml(path), short_path(path))

@@ -29,3 +29,9 @@ def quote(value: object, limit: int = 60) -> str:
         value = value.item()
     text = _SHORT.repr(value)
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def short_path(path: object, limit: int = 160) -> str:
+    """A path as messages name it: whole, unless it is absurdly long (then its start and end)."""
+    text = str(path)
+    return text if len(text) <= limit else f"{text[:limit // 2]}…{text[-limit // 2:]}"

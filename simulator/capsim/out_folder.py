@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from capsim.errors import CapsimError, quote
+from capsim.errors import CapsimError, quote, short_path
 
 MANIFEST = "capsim-output.json"
 _FIGURE = re.compile(r".+\.(png|svg)$")
@@ -49,12 +49,25 @@ class OutputFolder:
         assert kind in KINDS, kind
         self.path, self.kind, self.option = Path(path).absolute(), kind, option
         self.check()
+        self._try_writing()
+
+    def _try_writing(self) -> None:
+        """Make and remove a folder beside `path` now, so that a place that cannot be written is
+        refused before the work rather than after it."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            probe = self.path.parent / f".{self.path.name}.partial-{secrets.token_hex(4)}"
+            probe.mkdir()
+            probe.rmdir()
+        except OSError as exc:
+            raise CapsimError(f"{self.option} {short_path(self.path)}: cannot write there "
+                              f"({exc.strerror or exc}); give a folder that can be created and written.") from None
 
     def check(self) -> None:
         """Refuse a path that is a file, or a folder holding anything but this command's output."""
         p = self.path
         if p.exists() and not p.is_dir():
-            raise CapsimError(f"{self.option} {p}: exists and is not a folder; give a folder to write into.")
+            raise CapsimError(f"{self.option} {short_path(p)}: exists and is not a folder; give a folder to write into.")
         entries = sorted(os.listdir(p)) if p.is_dir() else []
         if not entries:
             return
@@ -64,7 +77,7 @@ class OutputFolder:
         what = (_what(found) if found else
                 f"files capsim did not write ({', '.join(quote(e, 40) for e in entries[:3])}"
                 f"{', ...' if len(entries) > 3 else ''})")
-        raise CapsimError(f"{self.option} {p}: the folder holds {what}; capsim replaces a folder only when it holds "
+        raise CapsimError(f"{self.option} {short_path(p)}: the folder holds {what}; capsim replaces a folder only when it holds "
                           f"{_what(self.kind, earlier=True)}, and never mixes outputs. Give a new or empty folder, or "
                           "remove this one first.")
 

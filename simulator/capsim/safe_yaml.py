@@ -19,7 +19,7 @@ import yaml
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from capsim.errors import CapsimError, quote
+from capsim.errors import CapsimError, quote, short_path
 
 # A workload or profile is a few kilobytes and the largest shipped catalogue about 60 KB; these
 # bounds are far above any real file and far below what would take noticeable time or memory.
@@ -53,19 +53,20 @@ class _Loader(_Base):  # type: ignore[misc,valid-type]
 def read_text(path: Path) -> str:
     """The file's text: UTF-8, or UTF-16/32 with a byte-order mark (YAML allows both); at most
     MAX_FILE_BYTES. Anything else is a CapsimError naming the file."""
+    name = short_path(path)
     try:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise CapsimError(f"{path}: cannot read the file ({exc.strerror or exc}).") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise CapsimError(f"{name}: cannot read the file ({getattr(exc, 'strerror', None) or exc}).") from None
     if len(raw) > MAX_FILE_BYTES:
-        raise CapsimError(f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB; a workload or profile file is a few "
+        raise CapsimError(f"{name}: larger than {MAX_FILE_BYTES // 2**20} MiB; a workload or profile file is a few "
                           "kilobytes (is this the right file?).")
     encoding = next((name for bom, name in _BOMS if raw.startswith(bom)), "utf-8")
     try:
         return raw.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise CapsimError(f"{path}: not {encoding.upper()} text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+        raise CapsimError(f"{name}: not {encoding.upper()} text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
                           "save it as UTF-8 YAML.") from None
 
 

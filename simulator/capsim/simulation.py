@@ -23,7 +23,7 @@ from capsim.cost_model import CostModel
 from capsim.csv_out import Column, Labels, as_dataframe, write_parts, write_table
 from capsim.engine import Engine
 from capsim.engines import EngineProfile, load_engine
-from capsim.errors import CapsimError
+from capsim.errors import CapsimError, short_path
 from capsim.formats import NumberFormat, get_format
 from capsim.kv_cache import ContiguousAllocator, PagedAllocator
 from capsim.memory import MemoryBudget, memory_budget
@@ -293,7 +293,7 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
     `progress(finished, total)` is called now and then during the run (total: the workload's
     request count, None when a closed loop has none)."""
     if isinstance(workload, (str, Path)):
-        source, base_dir = str(workload), Path(workload).parent
+        source, base_dir = short_path(workload), Path(workload).parent
         w = load_workload(workload)
     else:
         source, base_dir, w = "workload", None, workload

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from capsim.confidence import aggregate
-from capsim.errors import CapsimError
+from capsim.errors import CapsimError, quote, short_path
 from capsim.parallel import run_tasks
 from capsim.records import Task, evaluate
 from capsim.slo import Objectives
@@ -35,7 +35,7 @@ def prepare(workload, overrides: dict, check: bool = True):
     from capsim.simulation import apply_overrides, load_workload, resolve
 
     if isinstance(workload, (str, Path)):
-        source = str(workload)
+        source = short_path(workload)
         w = load_workload(workload)
         if not w.name:
             w = w.model_copy(update={"name": Path(workload).stem})
@@ -53,7 +53,7 @@ def parse_range(text: str, option: str, integer: bool = False) -> list:
     """'0.5:20:0.5' (start:stop:step, stop included), '1:64' (step 1), '1:64:x2' (x2 each
     step: 1, 2, 4, ... 64), or a list '1,2,4'. Values must be positive; `integer` for users."""
     kind = "whole numbers of users" if integer else "requests/s"
-    allowed = (f"{option} {text!r}: expected START:STOP:STEP (e.g. 0.5:20:0.5), START:STOP (step 1), "
+    allowed = (f"{option} {quote(text)}: expected START:STOP:STEP (e.g. 0.5:20:0.5), START:STOP (step 1), "
                f"START:STOP:xFACTOR (e.g. 1:64:x2) or a list (e.g. 1,2,4), with positive {kind}")
     try:
         values = _range_values(text.strip())
