@@ -174,6 +174,14 @@ def test_non_finite_numbers_on_the_command_line_are_usage_errors(args):
     assert code == 2 and "Traceback" not in err and "give a finite number" in err
 
 
+def test_tables_and_plot_arguments_out_of_range_create_nothing(tmp_path):
+    clean_error(run_main("tables", "--free-memory-gib", "1e308"), "--free-memory-gib", "at most 1,048,576")
+    clean_error(run_main("tables", "--context", str(10**20)), "--context", "from 1 to 1,000,000,000")
+    clean_error(run_main("plot", tmp_path / "missing"), "missing': not a folder")
+    clean_error(run_main("plot", "workloads/chat.yaml"), "chat.yaml': not a folder")
+    assert list(tmp_path.iterdir()) == []
+
+
 # ---------------------------------------------------------------- silent guesses
 
 @pytest.mark.parametrize("lines, field", [

@@ -192,10 +192,13 @@ def tables(
     token, paged waste, slot utilisation). With no options they reproduce the documents."""
     from capsim.tables import TableSetup, all_tables, render
 
-    if context is not None and context <= 0:
-        raise CapsimError(f"--context: must be a positive number of tokens (got {context}).")
-    if free_memory_gib is not None and free_memory_gib <= 0:
-        raise CapsimError(f"--free-memory-gib: must be positive (got {free_memory_gib}).")
+    from capsim.limits import MAX_MEMORY_BYTES, MAX_TOKENS
+
+    if context is not None and not 0 < context <= MAX_TOKENS:
+        raise CapsimError(f"--context: must be a number of tokens from 1 to {MAX_TOKENS:,} (got {context}).")
+    if free_memory_gib is not None and not 0 < free_memory_gib <= MAX_MEMORY_BYTES / 2**30:
+        raise CapsimError(f"--free-memory-gib: must be positive and at most {MAX_MEMORY_BYTES / 2**30:,.0f} "
+                          f"(got {free_memory_gib}).")
     outputs = _outputs("plots", None, plots)
     setup = TableSetup(gpu, model, weights, kv_cache, context, None if free_memory_gib is None else free_memory_gib * 2**30)
     result = all_tables(setup)
@@ -391,6 +394,9 @@ def plot(
     from capsim.slo import parse_objectives
 
     goals = parse_objectives(slo)
+    if not run_dir.is_dir():
+        raise CapsimError(f"{quote(str(run_dir), 120)}: not a folder; give the folder a run, sweep, compare or capacity "
+                          "search wrote with --out.")
     outputs = _outputs("plots", None, out_dir or run_dir / "plots", option="--out")
     _wrote(outputs.save(lambda folder: [], lambda folder: plot_saved(run_dir, folder, goals)))
 

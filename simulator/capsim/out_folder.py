@@ -52,11 +52,14 @@ class OutputFolder:
         self._try_writing()
 
     def _try_writing(self) -> None:
-        """Make and remove a folder beside `path` now, so that a place that cannot be written is
-        refused before the work rather than after it."""
+        """Make and remove a folder in the nearest existing folder above `path` now (creating
+        nothing else), so that a place that cannot be written is refused before the work rather
+        than after it."""
+        parent = self.path.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            probe = self.path.parent / f".{self.path.name}.partial-{secrets.token_hex(4)}"
+            probe = parent / f".capsim-probe-{secrets.token_hex(4)}"
             probe.mkdir()
             probe.rmdir()
         except OSError as exc:
