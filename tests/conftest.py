@@ -6,6 +6,11 @@ from __future__ import annotations
 import pytest
 from capsim.config import HardwareProfile, ModelSpec
 from capsim.request import Request
+from hypothesis import settings
+
+# `pytest --hypothesis-profile=long`: every property test that does not fix its own number of
+# examples (the command-line fuzzer in test_fuzz_cli.py among them) draws 2,000 instead of 100.
+settings.register_profile("long", max_examples=2000)
 
 ROUND_GPU = {
     "name": "round-gpu",
@@ -153,3 +158,26 @@ def run_cli(capsys, monkeypatch):
         return code, captured.out, captured.err
 
     return run
+
+
+def run_main(*args) -> tuple[int, str, str]:
+    """`capsim ARGS` through capsim.cli.main in this process: (exit status, stdout, stderr)."""
+    import contextlib
+    import io
+    import sys
+
+    from capsim.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    argv = sys.argv
+    sys.argv = ["capsim", *map(str, args)]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.argv = argv
+    return code, out.getvalue(), err.getvalue()

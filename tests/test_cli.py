@@ -22,7 +22,7 @@ def test_run_prints_vllm_block_and_writes_files(tmp_path):
                  "Total Token throughput (tok/s):", "Mean TTFT (ms):", "P99 TPOT (ms):", "Median ITL (ms):",
                  "KV utilisation"):
         assert line in p.stdout
-    assert {f.name for f in tmp_path.iterdir()} == {"summary.json", "requests.csv", "steps.csv"}
+    assert {f.name for f in tmp_path.iterdir()} == {"summary.json", "requests.csv", "steps.csv", "capsim-output.json"}
 
 
 def test_json_output_is_the_summary():
@@ -129,14 +129,31 @@ def test_run_draws_a_progress_bar_on_a_terminal_only(monkeypatch):
     assert screen.getvalue() == ""  # not a terminal: no bar
 
 
+# `capsim run` whose simulation says on stderr when it starts (so the test needs no timer).
+_ANNOUNCING_RUN = """
+import contextlib, sys
+import capsim.simulation, capsim.cli
+paused = capsim.simulation._collector_paused
+
+@contextlib.contextmanager
+def announced():
+    print("simulating", file=sys.stderr, flush=True)
+    with paused():
+        yield
+
+capsim.simulation._collector_paused = announced
+sys.argv = ["capsim", *sys.argv[1:]]
+capsim.cli.console_main()
+"""
+
+
 def test_ctrl_c_during_a_run_exits_130_with_one_line():
     import signal
-    import time
 
-    p = subprocess.Popen([sys.executable, "-m", "capsim", "run", "workloads/bench-1m.yaml", "--requests", "300000"],
+    p = subprocess.Popen([sys.executable, "-c", _ANNOUNCING_RUN, "run", "workloads/bench-1m.yaml", "--requests", "300000"],
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a shell's foreground job
-    time.sleep(3)  # well into the simulation (a minute long)
+    assert p.stderr.readline() == "simulating\n"  # the simulation (a minute long) has started
     p.send_signal(signal.SIGINT)
-    out, errors = p.communicate(timeout=60)
+    out, errors = p.communicate(timeout=600)
     assert p.returncode == 130 and errors.strip() == "interrupted" and out == ""

@@ -41,7 +41,7 @@ def test_sweep_writes_csv_and_plot(run_cli, wfile, tmp_path):
     assert code == 0, err
     assert "Sweep: unit" in out and "met" in out
     assert sorted(p.name for p in (tmp_path / "s").iterdir()) == [
-        "latency_vs_load.png", "latency_vs_load.svg", "sweep.csv", "sweep.json"]
+        "capsim-output.json", "latency_vs_load.png", "latency_vs_load.svg", "sweep.csv", "sweep.json"]
     assert list(pd.read_csv(tmp_path / "s" / "sweep.csv")["rate_per_s"]) == [10.0, 20.0, 30.0]
 
 
@@ -70,7 +70,7 @@ def test_run_with_seeds_and_plots(run_cli, wfile, tmp_path):
                              "--workers", "1")
     assert code == 0, err
     assert "3 seeds" in out and "mean ± 95%" in out and "< 100 samples" in out
-    assert {"summary.json", "requests.csv", "steps.csv", "seeds.csv", "confidence.csv"} == {
+    assert {"summary.json", "requests.csv", "steps.csv", "seeds.csv", "confidence.csv", "capsim-output.json"} == {
         p.name for p in (tmp_path / "r").iterdir()}
     assert len(list((tmp_path / "p").glob("*.png"))) == 4
     seeds = pd.read_csv(tmp_path / "r" / "seeds.csv")
@@ -83,7 +83,8 @@ def test_plot_redraws_a_saved_sweep_and_tables_draw_the_batch_curves(run_cli, wf
     assert run_cli("sweep", wfile, "--rate", "10,40", "--format", "csv", "--out", tmp_path / "s", "--workers", "1")[0] == 0
     code, _, err = run_cli("plot", tmp_path / "s", "--out", tmp_path / "figs")
     assert code == 0 and "latency_vs_load.png" in err
-    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == ["latency_vs_load.png", "latency_vs_load.svg"]
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == [
+        "capsim-output.json", "latency_vs_load.png", "latency_vs_load.svg"]
     code, _, err = run_cli("tables", "--plots", tmp_path / "t", "--format", "csv")
     assert code == 0 and (tmp_path / "t" / "batch_curves.png").is_file()
 

@@ -4,7 +4,9 @@ The comparison runs in two fresh processes, one with CAPSIM_PURE_PYTHON=1 (the i
 files) and one without (the compiled modules), over the bundled workloads and the scheduler,
 allocator, preemption and step-by-step variants; every summary, request row and step row must
 match. Where capsim is installed as plain Python (an editable install, no C compiler) there is
-nothing to compare and the test is skipped; the switch itself is tested either way.
+nothing to compare and the test is skipped; the switch itself is tested either way. An install
+that should have compiled and did not (setup.py's record says the compile failed) is a failure,
+not a skip: CI runs `pip -q`, which hides setup.py's warning.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from capsim.compiled import PURE_PYTHON_VARIABLE, is_compiled
+from capsim.compiled import PURE_PYTHON_VARIABLE, build_record, is_compiled
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,6 +59,18 @@ def _run(pure: bool, script: str = SCRIPT, *args: str) -> dict:
                           text=True, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
+
+
+def test_an_installed_package_has_the_compiled_engine_unless_it_could_not_or_was_told_not_to():
+    record = build_record()
+    if record is None:
+        pytest.skip("capsim runs from its source tree (an editable install): nothing was compiled or meant to be")
+    assert not record["failed"], f"the engine should have compiled and did not: {record['why']}"
+    if os.environ.get("CAPSIM_REQUIRE_COMPILED") == "1":
+        assert record["compiled"], f"CAPSIM_REQUIRE_COMPILED=1 and the engine is not compiled: {record['why']}"
+    if not record["compiled"]:
+        pytest.skip(f"installed as plain Python: {record['why']}")
+    assert is_compiled() or os.environ.get(PURE_PYTHON_VARIABLE) == "1"
 
 
 @pytest.mark.skipif(not is_compiled(), reason="capsim is installed as plain Python: no compiled engine to compare")

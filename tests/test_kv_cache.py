@@ -192,3 +192,32 @@ def test_prefix_cache_hits_and_lru_eviction():
     kv.allocate(d, 24)
     assert kv.prefix_hits(c) == (0, 0)
     kv.check()
+
+
+def test_a_swapped_in_request_does_not_evict_prefix_blocks_a_later_admission_maps():
+    """The step restoring a swapped-out request also maps a newcomer's cached prefix: the restore
+    takes its blocks from the other evictable ones, not from the prefix the plan counted on
+    (this was KeyError ('prefix', 0, 0) with prefix caching and swap preemption)."""
+    from capsim.request import Request
+
+    kv = PagedAllocator(num_blocks=5, block_size=4, caching=True)
+    prefix = Request(1, 0.0, 9, 1, shared_prefix_tokens=8)  # caches the class's 2 prefix blocks first (LRU)
+    other = Request(2, 0.0, 8, 1)  # then 2 blocks of its own
+    for req in (prefix, other):
+        kv.allocate(req, 8)
+        req.computed_tokens = 8
+        kv.release(req)
+    assert len(kv._evictable) == 4
+    swapped = Request(3, 0.0, 7, 4, computed_tokens=7)  # its KV is in host memory
+    newcomer = Request(4, 0.0, 9, 1, shared_prefix_tokens=8)
+    hits, revived = kv.prefix_hits(newcomer)  # planned before the step starts
+    assert (hits, revived) == (2, 2)
+    kv.restore(swapped)
+    kv.use_hits(newcomer, hits)
+    newcomer.computed_tokens = 8
+    kv.allocate(swapped, 8)
+    kv.allocate(newcomer, 9)
+    kv.check()
+    assert kv.tables[newcomer.id][:2] == [0, 1]  # the prefix's blocks, mapped, not recomputed
+    assert not set(kv.tables[swapped.id]) & {0, 1}
+    assert kv.used_units == 5 and not kv._evictable

@@ -85,12 +85,14 @@ def test_trace_csv_and_jsonl(tmp_path, round_gpu_file):
     (tmp_path / "t.jsonl").write_text('{"arrival_s": 0.5, "prompt_tokens": 20, "output_tokens": 4}\n'
                                       '{"arrival_s": 1.5, "prompt_tokens": 10, "output_tokens": 3}\n')
     for name in ("t.csv", "t.jsonl"):
-        t = read_trace(tmp_path / name)
-        assert list(t["arrival_s"]) == [0.5, 1.5] and list(t["prompt_tokens"]) == [20, 10]
+        t = read_trace(tmp_path / name)  # times from the first arrival
+        assert list(t["arrival_s"]) == [0.0, 1.0] and list(t["prompt_tokens"]) == [20, 10]
+        assert list(t["time_offset_s"]) == [0.5]
     w = workload(round_gpu_file, arrivals={"kind": "trace", "file": "t.csv", "time_scale": 2.0}, requests=None,
                  prompt_tokens={"dist": "trace"}, output_tokens={"dist": "fixed", "value": 9})
     s = build_stream(w, base_dir=tmp_path)
-    assert list(s.arrival_s) == [1.0, 3.0] and list(s.prompt_tokens) == [20, 10] and list(s.output_tokens) == [9, 9]
+    assert list(s.arrival_s) == [0.0, 2.0] and list(s.prompt_tokens) == [20, 10] and list(s.output_tokens) == [9, 9]
+    assert s.time_offset_s == 0.5
 
 
 @pytest.mark.parametrize("text, fragment", [

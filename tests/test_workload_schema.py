@@ -8,7 +8,7 @@ from conftest import workload
 @pytest.mark.parametrize("fields, fragment", [
     ({"requests": None}, "give 'requests' (how many) or 'duration_s'"),
     ({"arrivals": {"kind": "poisson", "rate_per_s": 0}}, "arrivals.rate_per_s"),
-    ({"arrivals": {"kind": "poisson", "rate_per_s": -2}}, "greater than 0"),
+    ({"arrivals": {"kind": "poisson", "rate_per_s": -2}}, "greater than or equal to 0.000001"),
     ({"arrivals": {"kind": "sometimes"}}, "'poisson', 'gamma', 'constant', 'all_at_once', 'closed_loop', 'trace'"),
     ({"scheduler": {"kind": "fifo"}}, "scheduler.kind"),
     ({"scheduler": {"kind": "chunked", "max_num_seqs": 0}}, "scheduler.max_num_seqs"),

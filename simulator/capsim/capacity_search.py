@@ -34,6 +34,7 @@ from pathlib import Path
 import pandas as pd
 
 from capsim.errors import CapsimError
+from capsim.limits import MAX_RATE_PER_S, MIN_RATE_PER_S
 from capsim.parallel import Runner
 from capsim.records import Task, evaluate
 from capsim.slo import Objectives
@@ -41,6 +42,7 @@ from capsim.steady import DEFAULT_SHARE
 from capsim.sweeps import COMPARE_FIRST, GRID_KEYS, order_columns, prepare, with_users, write_frames
 
 MAX_DOUBLINGS = 20  # give up bracketing after 2^20 x the start load (up or down)
+MAX_USERS = 1_000_000  # the workload schema's bound on closed-loop users
 MAX_EXTRA_REPLICAS = 4
 # Requests in each probe's steady window: a p99 then rests on 20 requests above it, and a queue that
 # grows by 5% of the arrivals (the saturation test's tolerance) grows by 100 requests.
@@ -82,10 +84,11 @@ class Search:
             xs = [self.start * 2**j for j in range(self.points)]
         elif hi is None:
             top = max(self.seen)
-            xs = [] if top >= self.start * 2**MAX_DOUBLINGS else [top * 2**j for j in range(1, self.points + 1)]
+            ceiling = min(self.start * 2**MAX_DOUBLINGS, MAX_USERS if self.integer else MAX_RATE_PER_S)
+            xs = [] if top >= ceiling else [min(top * 2**j, ceiling) for j in range(1, self.points + 1)]
         elif lo is None:
-            floor = 1 if self.integer else self.start / 2**MAX_DOUBLINGS
-            xs = [] if hi <= floor else [hi / 2**j for j in range(1, self.points + 1)]
+            floor = 1 if self.integer else max(self.start / 2**MAX_DOUBLINGS, MIN_RATE_PER_S)
+            xs = [] if hi <= floor else [max(hi / 2**j, floor) for j in range(1, self.points + 1)]
         elif self.converged(lo, hi):
             xs = []
         else:
@@ -275,6 +278,8 @@ def _answer(job: _Job, search: Search, n: int, combo: dict, points: list[dict], 
     mine = [p for p in points if p["combination"] == n]
     at = next((p for p in mine if p[job.over] == lo), None)
     base = {k: v for k, v in (at or {}).items() if k not in ("role", "slo_met", "slo_failures", job.over)}
+    if at is None and mine:  # no load met the objectives: still say which set-up this row is
+        base = {k: mine[0][k] for k in GRID_KEYS if k in mine[0]}
     return {"combination": n, **combo, **base, f"capacity_{job.over}": lo, "over": job.over, "bounded": hi is not None,
             f"lowest_failing_{job.over}": hi, "tolerance": tolerance, "simulations": len(mine), "rounds": search.round}
 

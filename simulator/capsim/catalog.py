@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 
 from capsim.config import HardwareProfile, ModelSpec, load_yaml_as, read_yaml, validate
-from capsim.errors import CapsimError, did_you_mean
+from capsim.errors import CapsimError, did_you_mean, quote
 
 
 def _profile_files() -> list[Path]:
@@ -65,16 +65,23 @@ def _aliases(items: dict) -> dict[str, str]:
 def load_hardware(name_or_path: str | Path) -> HardwareProfile:
     """A GPU by catalogue name or alias ('4090', 'h100', 'h200.calibrated'), or a profile YAML path."""
     text = str(name_or_path)
-    if text.endswith((".yaml", ".yml")) or Path(text).is_file():
+    if text.endswith((".yaml", ".yml")) or _is_file(text):
         return load_yaml_as(HardwareProfile, Path(text))
     catalog = hardware_catalog()
     key = _aliases(catalog).get(text.lower())
     if key is None:
         raise CapsimError(
-            f"unknown GPU {text!r}.{_suggest(text, _aliases(catalog))} "
+            f"unknown GPU {quote(text)}.{_suggest(text, _aliases(catalog))} "
             f"Known GPUs: {', '.join(sorted(catalog))} (see `capsim gpus`), or give a profile YAML path."
         )
     return catalog[key]
+
+
+def _is_file(text: str) -> bool:
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):  # a name too long to be a path, a NUL byte
+        return False
 
 
 def load_model(name: str) -> ModelSpec:
@@ -83,7 +90,7 @@ def load_model(name: str) -> ModelSpec:
     key = _aliases(catalog).get(name.lower())
     if key is None:
         raise CapsimError(
-            f"unknown model {name!r}.{_suggest(name, _aliases(catalog))} "
+            f"unknown model {quote(name)}.{_suggest(name, _aliases(catalog))} "
             f"Known models: {', '.join(sorted(catalog))} (see `capsim models`), "
             "or define one inline in the workload's 'model' block."
         )

@@ -15,6 +15,20 @@ import sys
 PURE_PYTHON_VARIABLE = "CAPSIM_PURE_PYTHON"
 
 
+def build_record() -> dict | None:
+    """What the build said about compiling the engine ({"compiled", "why", "failed"}: failed is
+    True when mypyc and a C compiler were there and compiling still did not work), written by
+    setup.py into a built package; None when capsim runs from its source tree (an editable install)."""
+    import json
+
+    path = os.path.join(os.path.dirname(__file__), "_build.json")
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
 def is_compiled() -> bool:
     """True when capsim.engine was loaded from a compiled module."""
     import capsim.engine

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from capsim.errors import CapsimError
+from capsim.errors import CapsimError, quote
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -87,7 +87,7 @@ def _price(value: str, text: str) -> float:
         price = float("nan")
     if not price > 0 or price == float("inf"):
         raise CapsimError(
-            f"--price-per-hour {text!r}: the price must be a positive number of US dollars per GPU-hour "
+            f"--price-per-hour {quote(text)}: the price must be a positive number of US dollars per GPU-hour "
             "(e.g. 0.74), or GPU=PRICE (e.g. rtx5090=0.89)."
         )
     return price

@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import Field
 
 from capsim.config import Frozen, read_yaml, validate
-from capsim.errors import CapsimError, did_you_mean
+from capsim.errors import CapsimError, did_you_mean, quote
 
 
 class EngineScheduler(Frozen):
@@ -170,6 +170,6 @@ def load_engine(name: str) -> EngineProfile:
         table.update({a.lower(): key for a in prof.aliases})
     key = table.get(name.lower())
     if key is None:
-        raise CapsimError(f"unknown engine {name!r}.{did_you_mean(name, list(table))} "
+        raise CapsimError(f"unknown engine {quote(name)}.{did_you_mean(name, list(table))} "
                           f"Known engines: {', '.join(catalog)}.")
     return catalog[key]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from capsim.errors import CapsimError, did_you_mean
+from capsim.errors import CapsimError, did_you_mean, quote
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def get_format(name: str, *, for_kv: bool = False, where: str = "format") -> Num
     if fmt is None or (for_kv and not fmt.kv_capable):
         what = "KV-cache format" if for_kv else "format"
         raise CapsimError(
-            f"{where}: unknown {what} {name!r}.{did_you_mean(name, allowed)} "
+            f"{where}: unknown {what} {quote(name)}.{did_you_mean(name, allowed)} "
             f"Allowed: {', '.join(allowed)} (aliases: {', '.join(sorted(ALIASES))})."
         )
     return fmt

@@ -116,9 +116,12 @@ class PagedAllocator:
         return 0
 
     def restore(self, req: Request) -> None:
-        """A swapped-out request's KV comes back: fresh blocks for all its computed tokens."""
+        """A swapped-out request's KV comes back: blocks for all its computed tokens, promised now
+        and named when the step allocates. Naming them here could evict a cached prefix that a
+        request admitted later in the same step was planned to map."""
         self._with_state.add(req.id)
-        self.tables[req.id] = self._take(blocks_for(req.computed_tokens, self.block_size))
+        self.tables[req.id] = []
+        self._owed += blocks_for(req.computed_tokens, self.block_size)
 
     def units_needed(self, req: Request, tokens_after: int) -> int:
         """More blocks a running request needs to hold tokens_after tokens."""

@@ -339,7 +339,9 @@ def headline(requests: dict[str, np.ndarray], gaps: Gaps, duration_s: float,
     """vLLM's benchmark keys over every request of the run (vLLM's own definitions: throughput is
     what completed over the whole duration)."""
     done = _rows(requests, requests["outcome"] == OUTCOMES.index("completed"))
-    duration = duration_s if duration_s > 0 else float("nan")
+    # A run that never stepped (every request rejected at once) lasted 0 s and completed nothing:
+    # its throughputs are 0, not 0/0 (the summary holds finite numbers only).
+    duration = duration_s if duration_s > 0 else float("inf")
     out_tokens = int((done["generated_tokens"] * done["samples"]).sum())
     in_tokens = int(done["prompt_tokens"].sum())
     s: dict = {

@@ -11,9 +11,12 @@ import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 
-from capsim.errors import CapsimError
+from capsim.errors import CapsimError, quote
 
 DASK_CONNECT_TIMEOUT_S = 10
+# Printed by the command line before it connects to a cluster.
+DASK_WARNING = ("warning: --dask-scheduler: the cluster runs capsim's simulations on your behalf, and this process "
+                "unpickles the results it sends back, which can run code here: connect only to a cluster you trust.")
 # progress(done, total): called after each finished simulation.
 Progress = Callable[[int, int], None]
 
@@ -94,11 +97,21 @@ class Runner:
                 raise CapsimError(
                     "--dask-scheduler needs Dask's distributed package: pip install 'capsim[dask]'."
                 ) from None
+            import dask
+
+            from capsim.dask_probe import probe
+
+            probe(self.dask_scheduler, DASK_CONNECT_TIMEOUT_S)
+            # Every step of Dask's own connection is timed too: connecting, and each read.
+            timeouts = {"distributed.comm.timeouts.connect": f"{DASK_CONNECT_TIMEOUT_S}s",
+                        "distributed.comm.timeouts.tcp": f"{3 * DASK_CONNECT_TIMEOUT_S}s"}
             try:
-                self._client = Client(self.dask_scheduler, timeout=DASK_CONNECT_TIMEOUT_S, set_as_default=False)
+                with dask.config.set(timeouts):
+                    self._client = Client(self.dask_scheduler, timeout=DASK_CONNECT_TIMEOUT_S, set_as_default=False)
             except (OSError, TimeoutError, ValueError) as exc:
                 raise CapsimError(
-                    f"--dask-scheduler {self.dask_scheduler!r}: cannot reach a Dask scheduler there ({exc}). "
+                    f"--dask-scheduler {quote(self.dask_scheduler)}: cannot reach a Dask scheduler there "
+                    f"({str(exc)[:200]}). "
                     "Give the address `dask scheduler` prints, e.g. tcp://10.0.0.5:8786."
                 ) from None
         return self._client

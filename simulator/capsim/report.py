@@ -216,8 +216,36 @@ def read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     if missing:
         raise CapsimError(f"{run_dir}: not a run directory: {', '.join(missing)} missing "
                           "(write one with `capsim run WORKLOAD --out DIR`).")
-    summary = json.loads((run_dir / names[0]).read_text())
-    return summary, pd.read_csv(run_dir / names[1]), pd.read_csv(run_dir / names[2])
+    summary = read_json(run_dir / names[0])
+    if not isinstance(summary, dict) or not isinstance(summary.get("setup"), dict):
+        raise CapsimError(f"{run_dir / names[0]}: not a run summary (no 'setup' block); was it written by `capsim run`?")
+    return summary, read_csv(run_dir / names[1]), read_csv(run_dir / names[2])
+
+
+def read_json(path: Path):
+    """A saved JSON file; a damaged one is a CapsimError naming it."""
+    from capsim.errors import CapsimError
+
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CapsimError(f"{path}: cannot read it ({exc.strerror or exc}).") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, undecodable bytes
+        raise CapsimError(f"{path}: damaged or not JSON ({str(exc)[:100]}); write it again with capsim.") from None
+
+
+def read_csv(path: Path) -> pd.DataFrame:
+    """A saved CSV table; a damaged one is a CapsimError naming it."""
+    from capsim.errors import CapsimError
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            notes = fh.read(1) == "#"  # a large run's steps.csv opens with one '#' line saying what a row is
+        return pd.read_csv(path, skiprows=1 if notes else 0)
+    except OSError as exc:
+        raise CapsimError(f"{path}: cannot read it ({exc.strerror or exc}).") from None
+    except (ValueError, pd.errors.ParserError) as exc:  # parser errors, empty files, undecodable bytes
+        raise CapsimError(f"{path}: damaged or not a CSV table ({str(exc)[:100]}); write it again with capsim.") from None
 
 
 def plot_run_dir(run_dir: Path, out_dir: Path | None = None, slo_lines: list | None = None) -> list[Path]:

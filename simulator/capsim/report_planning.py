@@ -155,32 +155,43 @@ def plot_capacity(frame: pd.DataFrame, points: pd.DataFrame, over: str, objectiv
 def plot_saved(directory: Path, out_dir: Path | None = None, objectives: Objectives | None = None) -> list[Path]:
     """Redraw every figure from the files a run, sweep, compare or capacity search wrote (into
     directory/plots by default). SLO lines: `objectives` if given, else the saved ones (a run's
-    from summary.json's provenance)."""
+    from summary.json's provenance). Damaged or edited files are a CapsimError naming the folder."""
     from capsim.errors import CapsimError
-    from capsim.report import plot_run_dir
 
     directory = Path(directory)
     out_dir = Path(out_dir or directory / "plots")
-    saved = {stem: json.loads((directory / f"{stem}.json").read_text())
-             for stem in ("sweep", "compare", "capacity") if (directory / f"{stem}.json").is_file()}
-    paths: list[Path] = []
-    if "sweep" in saved:
-        goals = _goals(objectives, saved["sweep"])
-        paths += plot_sweep(pd.read_csv(directory / "sweep.csv"), saved["sweep"]["over"], goals, out_dir)
-    if "compare" in saved:
-        paths += save(compare_figure(pd.read_csv(directory / "compare.csv"), saved["compare"]["axes"]), out_dir, "compare")
-    if "capacity" in saved:
-        goals = _goals(objectives, saved["capacity"])
-        paths += plot_capacity(pd.read_csv(directory / "capacity.csv"), pd.read_csv(directory / "capacity_points.csv"),
-                               saved["capacity"]["over"], goals, out_dir)
-    if (directory / "summary.json").is_file():
-        summary = json.loads((directory / "summary.json").read_text())
-        goals = _goals(objectives, {"objectives": summary.get("provenance", {}).get("slo")})
-        paths += plot_run_dir(directory, out_dir, goals.lines())
+    try:
+        paths = _plot_saved(directory, out_dir, objectives)
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise CapsimError(f"{directory}: the saved files lack what the figures need ({type(exc).__name__}: "
+                          f"{str(exc)[:80]}); write them again with capsim.") from None
     if not paths:
         raise CapsimError(f"{directory}: nothing to plot: expected the files of `capsim run --out` (summary.json, "
                           "requests.csv, steps.csv) or of sweep/compare/capacity --out (sweep.json, compare.json, "
                           "capacity.json with their CSVs).")
+    return paths
+
+
+def _plot_saved(directory: Path, out_dir: Path, objectives: Objectives | None) -> list[Path]:
+    from capsim.report import plot_run_dir, read_csv, read_json
+
+    saved = {stem: read_json(directory / f"{stem}.json")
+             for stem in ("sweep", "compare", "capacity") if (directory / f"{stem}.json").is_file()}
+    paths: list[Path] = []
+    if "sweep" in saved:
+        goals = _goals(objectives, saved["sweep"])
+        paths += plot_sweep(read_csv(directory / "sweep.csv"), saved["sweep"]["over"], goals, out_dir)
+    if "compare" in saved:
+        paths += save(compare_figure(read_csv(directory / "compare.csv"), saved["compare"]["axes"]), out_dir, "compare")
+    if "capacity" in saved:
+        goals = _goals(objectives, saved["capacity"])
+        paths += plot_capacity(read_csv(directory / "capacity.csv"), read_csv(directory / "capacity_points.csv"),
+                               saved["capacity"]["over"], goals, out_dir)
+    if (directory / "summary.json").is_file():
+        summary = read_json(directory / "summary.json")  # plot_run_dir says what is wrong with a damaged one
+        provenance = summary.get("provenance") if isinstance(summary, dict) else None
+        goals = _goals(objectives, {"objectives": provenance.get("slo") if isinstance(provenance, dict) else None})
+        paths += plot_run_dir(directory, out_dir, goals.lines())
     return paths
 
 

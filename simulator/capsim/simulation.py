@@ -24,7 +24,7 @@ from capsim.costs import deployment_cost, deployment_gpus, price_for
 from capsim.csv_out import Column, Labels, as_dataframe, write_parts, write_table
 from capsim.engine import Engine
 from capsim.engines import EngineProfile, load_engine
-from capsim.errors import CapsimError
+from capsim.errors import CapsimError, short_path
 from capsim.formats import NumberFormat, get_format
 from capsim.kv_cache import ContiguousAllocator, PagedAllocator
 from capsim.memory import MemoryBudget, memory_budget
@@ -46,7 +46,7 @@ from capsim.speculative import TokenSchedule
 from capsim.steady import Window, choose_window, saturation
 from capsim.step_log import STEP_COLUMNS, step_totals
 from capsim.verdict import judge
-from capsim.workload import build_stream
+from capsim.workload import build_stream, check_memory, with_paths_from
 from capsim.workload_schema import WorkloadConfig
 
 if TYPE_CHECKING:
@@ -130,8 +130,11 @@ class RunResult:
 
 
 def load_workload(path: str | Path) -> WorkloadConfig:
-    """Read and validate a workload YAML (errors name the file and the field)."""
-    return C.load_yaml_as(WorkloadConfig, Path(path))
+    """Read and validate a workload YAML (errors name the file and the field). Every path in it
+    (a GPU profile file, a trace) is relative to the workload file's folder, and comes back
+    absolute."""
+    path = Path(path)
+    return with_paths_from(C.load_yaml_as(WorkloadConfig, path), path.absolute().parent)
 
 
 OVERRIDABLE = ("gpu", "model", "weights", "kv_cache", "scheduler", "allocator", "rate", "requests", "seed",
@@ -140,7 +143,8 @@ OVERRIDABLE = ("gpu", "model", "weights", "kv_cache", "scheduler", "allocator", 
 
 
 def apply_overrides(w: WorkloadConfig, source: str, **overrides) -> WorkloadConfig:
-    """Return the workload with command-line values applied and re-validated."""
+    """Return the workload with command-line values applied and re-validated. `requests` replaces
+    the workload's stopping rule: the run sends that many requests, whatever its duration_s."""
     data = w.model_dump(exclude_unset=True)
     given = {k: v for k, v in overrides.items() if v is not None}
     unknown = set(given) - set(OVERRIDABLE)
@@ -152,6 +156,9 @@ def apply_overrides(w: WorkloadConfig, source: str, **overrides) -> WorkloadConf
             sched["kind"] = value
         elif key in ("max_num_seqs", "max_num_batched_tokens", "preemption"):
             sched[key] = value
+        elif key == "requests":
+            data["requests"] = value
+            data.pop("duration_s", None)
         elif key == "rate":
             arrivals = dict(data["arrivals"])
             if arrivals.get("kind") not in ("poisson", "gamma", "constant"):
@@ -179,8 +186,12 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
     engine = _engine(w, source)
     w = with_engine_defaults(w, engine, hardware)
     _check_tp(model, w.tp, source)
+    check_memory(w, source)
     sched = w.scheduler
     max_model_len = w.max_model_len or model.max_context_tokens
+    if max_model_len > model.max_context_tokens:
+        raise CapsimError(f"{source}: field 'max_model_len' is {max_model_len:,}, above {model.name}'s context length of "
+                          f"{model.max_context_tokens:,} tokens; give at most that (or leave it out to use it).")
     budget = sched.max_num_batched_tokens
     if budget is None:
         budget = 2048 if sched.kind == "chunked" else max(max_model_len, 2048)
@@ -195,7 +206,14 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
     if allocator == "contiguous" and (samples > 1 or w.prefix_caching):
         raise CapsimError(f"{source}: parallel samples and prefix caching share KV blocks, which needs "
                           "allocator: paged (a contiguous reservation cannot be shared).")
+    if w.speculative and w.speculative.draft_model:  # an unknown draft is named against its field
+        _look_up(load_model, w.speculative.draft_model, source, "speculative.draft_model")
     memory = _memory(w, model, hardware, weights, kv_fmt, allocator, budget, engine, w.tp, w.num_gpu_blocks)
+    if memory.num_blocks <= 0 and memory.kv_bytes > 0:
+        raise CapsimError(
+            f"{source}: field 'scheduler.block_size' is {sched.block_size:,}: one KV block of that many tokens takes "
+            f"{memory.bytes_per_block / 2**20:,.1f} MiB, more than the {memory.kv_bytes / 2**20:,.1f} MiB left for the KV "
+            f"cache on {hardware.name}; use a smaller block_size (vLLM uses 16).")
     if memory.num_blocks <= 0:
         raise CapsimError(
             f"{source}: {model.name} with {weights.name} weights ({memory.weight_bytes / 1e9:.1f} GB) leaves no memory "
@@ -303,7 +321,7 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
     `progress(finished, total)` is called now and then during the run (total: the workload's
     request count, None when a closed loop has none)."""
     if isinstance(workload, (str, Path)):
-        source, base_dir = str(workload), Path(workload).parent
+        source, base_dir = short_path(workload), Path(workload).parent
         w = load_workload(workload)
     else:
         source, base_dir, w = "workload", None, workload
@@ -362,6 +380,8 @@ def _result(setup: Setup, engine: Engine, end_s: float, objectives: Objectives, 
     )
     if len(class_names) > 1:
         summary["classes"] = per_class(requests, class_names, gaps, window, percentiles)
+    if setup.workload.arrivals.kind == "trace":  # the trace's first arrival: the run's time 0
+        summary["trace_time_offset_s"] = engine.stream.time_offset_s
     if setup.allocator == "contiguous":
         summary["kv_reserved_unused"], summary["kv_internal_waste"] = summary["kv_internal_waste"], 0.0
     else:

@@ -17,7 +17,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from capsim.errors import CapsimError
+from capsim.errors import CapsimError, quote
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")  # vLLM's --goodput accepts these three
@@ -225,13 +225,13 @@ def _parse_one(item: str, limits: dict, goodput: dict) -> None:
         metric, _, value = item.partition(":")
         metric = metric.strip().lower()
         if metric not in GOODPUT_METRICS:
-            raise CapsimError(f"--slo {item!r}: unknown goodput metric {metric!r}; {_ALLOWED}.")
+            raise CapsimError(f"--slo {quote(item)}: unknown goodput metric {quote(metric)}; {_ALLOWED}.")
         goodput[metric] = _limit(value, item)
         return
     name, sep, value = item.partition("=")
     key = summary_key(name)
     if not sep or key is None:
-        raise CapsimError(f"--slo {item!r}: unknown objective {name!r}; {_ALLOWED}.")
+        raise CapsimError(f"--slo {quote(item)}: unknown objective {quote(name)}; {_ALLOWED}.")
     limits[key] = _limit(value, item)
 
 
@@ -241,5 +241,5 @@ def _limit(value: str, item: str) -> float:
     except ValueError:
         limit = float("nan")
     if not 0 < limit < float("inf"):
-        raise CapsimError(f"--slo {item!r}: the limit must be a positive number of milliseconds; {_ALLOWED}.")
+        raise CapsimError(f"--slo {quote(item)}: the limit must be a positive number of milliseconds; {_ALLOWED}.")
     return limit

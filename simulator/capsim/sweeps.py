@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from capsim.confidence import aggregate
-from capsim.errors import CapsimError
+from capsim.errors import CapsimError, quote, short_path
 from capsim.parallel import run_tasks
 from capsim.records import Task, evaluate
 from capsim.slo import Objectives
@@ -29,22 +29,18 @@ GRID_KEYS = ("gpu", "model", "weights", "kv_cache", "scheduler", "allocator", "m
 
 
 def prepare(workload, overrides: dict, check: bool = True):
-    """Load a workload once, make its file references absolute (workers may run in another
-    directory), and check the overrides resolve (errors surface before anything is sent out).
-    Returns (WorkloadConfig, the overrides that were given)."""
+    """Load a workload once (its file's paths come back absolute, so workers may run in another
+    directory), make a --gpu profile path absolute too, and check the overrides resolve (errors
+    surface before anything is sent out). Returns (WorkloadConfig, the overrides that were given)."""
     from capsim.simulation import apply_overrides, load_workload, resolve
 
     if isinstance(workload, (str, Path)):
-        source, base = str(workload), Path(workload).resolve().parent
+        source = short_path(workload)
         w = load_workload(workload)
         if not w.name:
             w = w.model_copy(update={"name": Path(workload).stem})
     else:
-        source, base, w = "workload", None, workload
-    if w.arrivals.kind == "trace" and base is not None and not Path(w.arrivals.file).is_absolute():
-        w = w.model_copy(update={"arrivals": w.arrivals.model_copy(update={"file": str(base / w.arrivals.file)})})
-    if w.gpu is not None and Path(w.gpu).is_file():
-        w = w.model_copy(update={"gpu": str(Path(w.gpu).resolve())})
+        source, w = "workload", workload
     given = {k: v for k, v in overrides.items() if v is not None}
     if isinstance(given.get("gpu"), str) and Path(given["gpu"]).is_file():
         given["gpu"] = str(Path(given["gpu"]).resolve())
@@ -57,7 +53,7 @@ def parse_range(text: str, option: str, integer: bool = False) -> list:
     """'0.5:20:0.5' (start:stop:step, stop included), '1:64' (step 1), '1:64:x2' (x2 each
     step: 1, 2, 4, ... 64), or a list '1,2,4'. Values must be positive; `integer` for users."""
     kind = "whole numbers of users" if integer else "requests/s"
-    allowed = (f"{option} {text!r}: expected START:STOP:STEP (e.g. 0.5:20:0.5), START:STOP (step 1), "
+    allowed = (f"{option} {quote(text)}: expected START:STOP:STEP (e.g. 0.5:20:0.5), START:STOP (step 1), "
                f"START:STOP:xFACTOR (e.g. 1:64:x2) or a list (e.g. 1,2,4), with positive {kind}")
     try:
         values = _range_values(text.strip())

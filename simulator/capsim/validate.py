@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from capsim.config import read_yaml
-from capsim.errors import CapsimError
+from capsim.errors import CapsimError, did_you_mean, quote
 from capsim.validate_map import Skip, predicted_value, workload_for
 
 GROUPS = ("decode", "prefill", "ttft", "max_throughput", "concurrency", "disaggregated")
@@ -101,10 +101,20 @@ def run_suite(suite: str | Path | None = None, *, only: list[str] | None = None,
               workers: int | None = None, progress=None) -> list[Outcome]:
     """Run the points (all, or those whose id contains one of `only`, or of `groups`)."""
     points = load_points(find_suite(suite))
-    if only:
-        points = [p for p in points if any(o in p["id"] for o in only)]
     if groups:
+        known = sorted({p["group"] for p in points})
+        unknown = [g for g in groups if g not in known]
+        if unknown:
+            raise CapsimError(f"--group {quote(unknown[0])}: no such group in the suite.{did_you_mean(unknown[0], known)} "
+                              f"Groups: {', '.join(known)}.")
         points = [p for p in points if p["group"] in groups]
+    if only:
+        unmatched = [o for o in only if not any(o in p["id"] for p in points)]
+        if unmatched:
+            raise CapsimError(f"--only {quote(unmatched[0])}: no point id{' in the chosen groups' if groups else ''} "
+                              "contains it; `capsim validate --format csv` lists every id (e.g. "
+                              f"{', '.join(sorted(p['id'] for p in points)[:2])}).")
+        points = [p for p in points if any(o in p["id"] for o in only)]
     workers = workers or min(len(points), os.cpu_count() or 1)
     if workers <= 1 or len(points) <= 1:
         outcomes = []

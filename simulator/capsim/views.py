@@ -253,7 +253,8 @@ def progress(console, label: str, auto_refresh: bool = True):
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
 
-    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
+    label = label.replace("{", "{{").replace("}", "}}")  # TextColumn formats its text: braces in a name are text
+    with Progress(TextColumn(label, markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
                   TimeRemainingColumn(), console=console, transient=True, auto_refresh=auto_refresh) as bar:
         task = bar.add_task(label, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total, refresh=not auto_refresh)

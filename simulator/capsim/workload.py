@@ -8,13 +8,17 @@ generator, so changing one distribution never shifts the draws of another.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from capsim.errors import CapsimError
+from capsim import limits as L
+from capsim.errors import CapsimError, quote
 from capsim.workload_schema import WorkloadConfig
+
+TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,7 @@ class OpenLoopStream:
     class_names: tuple[str, ...]
     class_prefix: tuple[int, ...]  # shared prefix tokens per class
     class_samples: tuple[int, ...]  # parallel samples per class
+    time_offset_s: float = 0.0  # a trace's first arrival time, subtracted from every arrival
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -62,8 +67,12 @@ class _LengthSampler:
         for c, (p_spec, o_spec, split) in enumerate(self.specs):
             idx = np.flatnonzero(cls == c)
             if split is not None:
-                total = _lengths(split.total_tokens, idx, self.rngs[2 * c], trace, "prompt_tokens")
-                prompt[idx] = np.minimum(np.rint(total * split.prompt_share), total - 1).astype(np.int64)
+                total = _lengths(split.total_tokens, idx, self.rngs[2 * c], trace, "prompt_tokens", at_least=2)
+                if len(total) and total.min() < 2:  # only a trace can give this: the schema refuses the rest
+                    raise CapsimError(f"{self.names[c] if len(self.specs) > 1 else 'split'}: split.total_tokens "
+                                      "from the trace holds a total of 1 token, which cannot be split into a "
+                                      "prompt and an output token; totals must be at least 2.")
+                prompt[idx] = np.clip(np.rint(total * split.prompt_share), 1, total - 1).astype(np.int64)
                 output[idx] = total - prompt[idx]
                 continue
             prompt[idx] = _lengths(p_spec, idx, self.rngs[2 * c], trace, "prompt_tokens")
@@ -71,10 +80,10 @@ class _LengthSampler:
         return prompt, output, cls
 
 
-def _lengths(spec, idx: np.ndarray, rng, trace: dict | None, column: str) -> np.ndarray:
+def _lengths(spec, idx: np.ndarray, rng, trace: dict | None, column: str, at_least: int = 1) -> np.ndarray:
     if spec.dist == "trace":
         return trace[column][idx]
-    return sample_lengths(spec, len(idx), rng)
+    return sample_lengths(spec, len(idx), rng, at_least)
 
 
 class ClosedLoopStream:
@@ -110,8 +119,9 @@ class ClosedLoopStream:
         return float(self._think_rng.exponential(self.think_time_s))
 
 
-def sample_lengths(spec, n: int, rng: np.random.Generator) -> np.ndarray:
-    """n token counts (int64, >= 1) from a length distribution."""
+def sample_lengths(spec, n: int, rng: np.random.Generator, at_least: int = 1) -> np.ndarray:
+    """n token counts (int64) from a length distribution; a continuous one is rounded and clipped
+    to [max(min, at_least), max], or to limits.MAX_TOKENS without a max."""
     if spec.dist == "fixed":
         return np.full(n, spec.value, dtype=np.int64)
     if spec.dist == "sequence":
@@ -125,8 +135,8 @@ def sample_lengths(spec, n: int, rng: np.random.Generator) -> np.ndarray:
         raw = rng.normal(spec.mean, spec.std, size=n)
     else:  # lognormal with the given mean: mu = ln(mean) - sigma^2 / 2
         raw = rng.lognormal(np.log(spec.mean) - spec.sigma**2 / 2, spec.sigma, size=n)
-    upper = spec.max if spec.max is not None else np.inf
-    return np.clip(np.rint(raw), spec.min, upper).astype(np.int64)
+    upper = spec.max if spec.max is not None else L.MAX_TOKENS
+    return np.clip(np.rint(raw), max(spec.min, at_least), upper).astype(np.int64)
 
 
 def _gaps(arrivals, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -139,13 +149,16 @@ def _gaps(arrivals, n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _arrival_times(w: WorkloadConfig, rng: np.random.Generator) -> np.ndarray:
-    """Arrival times starting at 0 (the first request arrives at once, as benchmark clients send)."""
+    """Arrival times starting at 0 (the first request arrives at once, as benchmark clients send).
+    With both `requests` and `duration_s`, whichever ends first: at most that many requests, none
+    at or after duration_s."""
     arrivals = w.arrivals
     if arrivals.kind == "all_at_once":
         return np.full(w.requests, arrivals.at_s)
     if w.requests is not None:
         times = np.cumsum(_gaps(arrivals, w.requests, rng))
-        return times - times[0]
+        times = times - times[0]
+        return times if w.duration_s is None else times[times < w.duration_s]
     chunks, t = [], 0.0
     block = int(w.duration_s * arrivals.rate_per_s * 1.2) + 16
     while t < w.duration_s:
@@ -157,56 +170,148 @@ def _arrival_times(w: WorkloadConfig, rng: np.random.Generator) -> np.ndarray:
     return times[times < w.duration_s]
 
 
+def check_memory(w: WorkloadConfig, source: str) -> None:
+    """Refuse, before anything is drawn, a run whose requests cannot fit in this machine's
+    memory (limits.memory_problem), naming the field that asks for them."""
+    arrivals = w.arrivals
+    if w.requests is not None:
+        n, what = float(w.requests), f"field 'requests' ({w.requests:,})"
+    elif w.duration_s is not None and hasattr(arrivals, "rate_per_s"):
+        n = w.duration_s * arrivals.rate_per_s
+        what = f"field 'duration_s' ({w.duration_s:g} s at {arrivals.rate_per_s:g} requests/s)"
+    else:
+        return
+    problem = L.memory_problem(n, what)
+    if problem:
+        raise CapsimError(f"{source}: {problem}.")
+
+
 def read_trace(path: Path) -> dict[str, np.ndarray]:
-    """Columns arrival_s, prompt_tokens, output_tokens from a CSV or JSONL trace, checked, sorted."""
+    """Columns arrival_s, prompt_tokens, output_tokens from a CSV or JSONL trace, checked and
+    sorted by arrival, with times taken from the first arrival ('time_offset_s': what was
+    subtracted; a trace in Unix-epoch seconds has an offset of about 1.7e9)."""
     import pandas as pd
 
-    need = ("arrival_s", "prompt_tokens", "output_tokens")
     try:
         if path.suffix in (".jsonl", ".json"):
-            df = pd.DataFrame([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
+            df, lines = _read_jsonl(path)
         else:
             df = pd.read_csv(path)
+            lines = np.arange(2, len(df) + 2)  # the header is line 1
     except FileNotFoundError:
         raise CapsimError(f"{path}: trace file not found (arrivals.file is relative to the workload file).") from None
-    except (ValueError, json.JSONDecodeError) as exc:
-        raise CapsimError(f"{path}: cannot parse the trace ({exc}).") from None
-    missing = [c for c in need if c not in df.columns]
+    except OSError as exc:
+        raise CapsimError(f"{path}: cannot read the trace ({exc.strerror or exc}).") from None
+    except (ValueError, RecursionError) as exc:  # pandas' parser errors, undecodable bytes
+        raise CapsimError(f"{path}: cannot parse the trace ({str(exc)[:120]}).") from None
+    missing = [c for c in TRACE_COLUMNS if c not in df.columns]
     if missing:
-        raise CapsimError(f"{path}: trace lacks column(s) {', '.join(missing)}; needs {', '.join(need)}.")
+        raise CapsimError(f"{path}: trace lacks column(s) {', '.join(missing)}; needs {', '.join(TRACE_COLUMNS)}.")
     if len(df) == 0:
         raise CapsimError(f"{path}: the trace has no rows.")
-    out = {}
-    for col in need:
-        values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64)
-        floor = 0 if col == "arrival_s" else 1
-        bad = np.flatnonzero(~np.isfinite(values) | (values < floor))
-        if len(bad):
-            wanted = "a time >= 0" if col == "arrival_s" else "a whole token count >= 1"
-            raise CapsimError(f"{path}: row {bad[0] + 1}, column {col}: {df[col].iloc[bad[0]]!r} is not allowed ({wanted}).")
-        out[col] = values if col == "arrival_s" else np.rint(values).astype(np.int64)
+    out = {col: _trace_column(path, df[col], lines, col) for col in TRACE_COLUMNS}
     order = np.argsort(out["arrival_s"], kind="stable")
-    return {k: v[order] for k, v in out.items()}
+    out = {k: v[order] for k, v in out.items()}
+    offset = float(out["arrival_s"][0])
+    out["arrival_s"] = out["arrival_s"] - offset
+    out["time_offset_s"] = np.array([offset])
+    return out
+
+
+def _read_jsonl(path: Path):
+    """A JSONL trace as a DataFrame, with each row's line number; every line is one JSON object."""
+    import pandas as pd
+
+    rows, lines = [], []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CapsimError(f"{path}: line {n}: not valid JSON ({exc.msg}).") from None
+        if not isinstance(row, dict):
+            raise CapsimError(f"{path}: line {n}: expected a JSON object with {', '.join(TRACE_COLUMNS)}, "
+                              f"got {quote(row)}.")
+        rows.append(row)
+        lines.append(n)
+    return pd.DataFrame(rows), np.array(lines, dtype=np.int64)
+
+
+def _trace_column(path: Path, raw, lines: np.ndarray, col: str) -> np.ndarray:
+    """One column as numbers: times finite and >= 0, token counts whole numbers in [1,
+    limits.MAX_TOKENS]; the first bad cell is named by line and column."""
+    import pandas as pd
+
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+    ok = np.isfinite(values)
+    if raw.dtype == bool or raw.dtype == object:  # JSON's true/false: not a number of anything
+        ok &= ~raw.map(lambda v: isinstance(v, (bool, np.bool_))).to_numpy(dtype=bool)
+    if col == "arrival_s":
+        ok &= values >= 0
+        wanted = "a time in seconds, >= 0"
+    else:
+        ok &= (values >= 1) & (values <= L.MAX_TOKENS) & (values == np.floor(values))
+        wanted = f"a whole number of tokens from 1 to {L.MAX_TOKENS:,}"
+    bad = np.flatnonzero(~ok)
+    if len(bad):
+        raise CapsimError(f"{path}: row {bad[0] + 1}, column {col} (line {lines[bad[0]]}): {quote(raw.iloc[bad[0]])} "
+                          f"is not allowed ({wanted}).")
+    return values if col == "arrival_s" else values.astype(np.int64)
+
+
+def is_path(gpu: str) -> bool:
+    """Whether a workload's `gpu` names a profile file (ends in .yaml/.yml or holds a folder
+    separator) rather than a catalogue entry."""
+    return gpu.endswith((".yaml", ".yml")) or "/" in gpu or os.sep in gpu
+
+
+def with_paths_from(w: WorkloadConfig, folder: Path) -> WorkloadConfig:
+    """The workload with every relative path it names (its GPU profile file, its trace) taken
+    from `folder`: one rule for every path in a workload file, wherever capsim runs from."""
+    update: dict = {}
+    if w.gpu is not None and is_path(w.gpu) and not Path(w.gpu).is_absolute():
+        update["gpu"] = str(folder / w.gpu)
+    if w.arrivals.kind == "trace" and not Path(w.arrivals.file).is_absolute():
+        update["arrivals"] = w.arrivals.model_copy(update={"file": str(folder / w.arrivals.file)})
+    return w.model_copy(update=update) if update else w
 
 
 def build_stream(w: WorkloadConfig, base_dir: Path | None = None) -> OpenLoopStream | ClosedLoopStream:
-    """The request stream a workload describes, reproducible from w.seed."""
+    """The request stream a workload describes, reproducible from w.seed. A relative trace path
+    is taken from base_dir (load_workload has already made a file's paths absolute)."""
     rng_arrivals, rng_lengths, rng_think = np.random.default_rng(w.seed).spawn(3)
     sampler = _LengthSampler(w, rng_lengths)
     arrivals = w.arrivals
     if arrivals.kind == "closed_loop":
         return ClosedLoopStream(w, sampler, rng_think)
-    trace = None
+    trace, offset = None, 0.0
     if arrivals.kind == "trace":
-        path = Path(arrivals.file)
-        if not path.is_absolute() and base_dir is not None:
-            path = base_dir / path
-        trace = read_trace(path)
-        n = len(trace["arrival_s"]) if w.requests is None else min(w.requests, len(trace["arrival_s"]))
-        trace = {k: v[:n] for k, v in trace.items()}
-        times = trace["arrival_s"] * arrivals.time_scale
+        trace, offset = _trace(w, base_dir)
+        times = trace["arrival_s"]
     else:
         times = _arrival_times(w, rng_arrivals)
     prompt, output, cls = sampler.draw(len(times), trace)
     prompt = prompt + np.asarray(sampler.prefix, dtype=np.int64)[cls]
-    return OpenLoopStream(times, prompt, output, cls, sampler.names, sampler.prefix, sampler.samples)
+    return OpenLoopStream(times, prompt, output, cls, sampler.names, sampler.prefix, sampler.samples, offset)
+
+
+def _trace(w: WorkloadConfig, base_dir: Path | None) -> tuple[dict[str, np.ndarray], float]:
+    """The trace's rows the workload asks for (the first `requests`, those before duration_s),
+    times scaled, and the offset taken off its times."""
+    a = w.arrivals
+    path = Path(a.file)
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    trace = read_trace(path)
+    offset = float(trace.pop("time_offset_s")[0])
+    times = trace["arrival_s"] * a.time_scale
+    if times[-1] > L.MAX_TIME_S:
+        raise CapsimError(f"{path}: the trace spans {times[-1]:.3g} s (times x arrivals.time_scale) after its first "
+                          f"arrival, more than the {L.MAX_TIME_S:.0e} s a run can time exactly.")
+    n = len(times) if w.requests is None else min(w.requests, len(times))
+    if w.duration_s is not None:
+        n = min(n, int(np.searchsorted(times, w.duration_s, side="left")))
+    trace = {k: v[:n] for k, v in trace.items()}
+    trace["arrival_s"] = times[:n]
+    return trace, offset

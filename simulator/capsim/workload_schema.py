@@ -9,20 +9,26 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from capsim import limits as L
 from capsim.config import _UNION_TAGS, Frozen, ModelSpec
+
+# A token count as a length distribution gives it.
+Tokens = Annotated[int, Field(gt=0, le=L.MAX_TOKENS)]
+TimeS = Annotated[float, Field(ge=0, le=L.MAX_TIME_S)]
+Rate = Annotated[float, Field(ge=L.MIN_RATE_PER_S, le=L.MAX_RATE_PER_S)]
 
 
 class Fixed(Frozen):
     dist: Literal["fixed"]
-    value: int = Field(gt=0)
+    value: Tokens
 
 
 class Uniform(Frozen):
     """Integers uniform on [min, max], both included."""
 
     dist: Literal["uniform"]
-    min: int = Field(gt=0)
-    max: int = Field(gt=0)
+    min: Tokens
+    max: Tokens
 
     @model_validator(mode="after")
     def _order(self) -> Uniform:
@@ -32,10 +38,11 @@ class Uniform(Frozen):
 
 
 class _Clipped(Frozen):
-    """A continuous distribution rounded to integers and clipped to [min, max] (no max: unbounded)."""
+    """A continuous distribution rounded to integers and clipped to [min, max] (no max: clipped
+    to limits.MAX_TOKENS, a billion)."""
 
-    min: int = Field(1, gt=0)
-    max: int | None = Field(None, gt=0)
+    min: Tokens = 1
+    max: Tokens | None = None
 
     @model_validator(mode="after")
     def _order(self) -> _Clipped:
@@ -46,15 +53,15 @@ class _Clipped(Frozen):
 
 class Normal(_Clipped):
     dist: Literal["normal"]
-    mean: float = Field(gt=0)
-    std: float = Field(ge=0)
+    mean: float = Field(gt=0, le=L.MAX_TOKENS)
+    std: float = Field(ge=0, le=L.MAX_TOKENS)
 
 
 class LogNormal(_Clipped):
     """Long-tailed lengths (ShareGPT-like): `mean` of the distribution and log-space `sigma`."""
 
     dist: Literal["lognormal"]
-    mean: float = Field(gt=0)
+    mean: float = Field(gt=0, le=L.MAX_TOKENS)
     sigma: float = Field(gt=0, le=10, description="log-space spread (ShareGPT-like traffic: about 0.5-1.5)")
 
 
@@ -62,13 +69,11 @@ class Empirical(Frozen):
     """A histogram: `values[i]` drawn with weight `weights[i]` (uniform when weights are omitted)."""
 
     dist: Literal["empirical"]
-    values: list[int] = Field(min_length=1)
-    weights: list[float] | None = None
+    values: list[Tokens] = Field(min_length=1)
+    weights: list[Annotated[float, Field(ge=0, le=L.MAX_WEIGHT)]] | None = None
 
     @model_validator(mode="after")
     def _shape(self) -> Empirical:
-        if any(v <= 0 for v in self.values):
-            raise ValueError("values must be positive token counts")
         if self.weights is not None:
             if len(self.weights) != len(self.values):
                 raise ValueError("weights must have one entry per value")
@@ -81,13 +86,7 @@ class InOrder(Frozen):
     """These exact values, in order, repeating if more requests arrive than values given."""
 
     dist: Literal["sequence"]
-    values: list[int] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _positive(self) -> InOrder:
-        if any(v <= 0 for v in self.values):
-            raise ValueError("values must be positive token counts")
-        return self
+    values: list[Tokens] = Field(min_length=1)
 
 
 class FromTrace(Frozen):
@@ -101,25 +100,25 @@ Lengths = Annotated[Fixed | Uniform | Normal | LogNormal | Empirical | InOrder |
 
 class Poisson(Frozen):
     kind: Literal["poisson"]
-    rate_per_s: float = Field(gt=0)
+    rate_per_s: Rate
 
 
 class Gamma(Frozen):
     """Gamma inter-arrival times, vLLM's --burstiness: shape = burstiness; < 1 is burstier than Poisson."""
 
     kind: Literal["gamma"]
-    rate_per_s: float = Field(gt=0)
-    burstiness: float = Field(gt=0)
+    rate_per_s: Rate
+    burstiness: float = Field(ge=1e-3, le=1e3)
 
 
 class Constant(Frozen):
     kind: Literal["constant"]
-    rate_per_s: float = Field(gt=0)
+    rate_per_s: Rate
 
 
 class AllAtOnce(Frozen):
     kind: Literal["all_at_once"]
-    at_s: float = Field(0.0, ge=0)
+    at_s: TimeS = 0.0
 
 
 class ClosedLoop(Frozen):
@@ -127,20 +126,22 @@ class ClosedLoop(Frozen):
 
     kind: Literal["closed_loop"]
     users: int = Field(gt=0, le=1_000_000)
-    think_time_s: float = Field(0.0, ge=0)
+    think_time_s: TimeS = 0.0
     think_time_dist: Literal["fixed", "exponential"] = "exponential"
     turns_per_session: int = Field(
-        1, gt=0, description="multi-turn chats: each turn resends the session's history (earlier prompts and "
+        1, gt=0, le=10_000, description="multi-turn chats: each turn resends the session's history (earlier prompts and "
         "answers) plus a new message drawn from prompt_tokens; after this many turns the user starts a new session"
     )
 
 
 class Trace(Frozen):
-    """Replay a CSV or JSONL file with columns arrival_s, prompt_tokens, output_tokens."""
+    """Replay a CSV or JSONL file with columns arrival_s, prompt_tokens, output_tokens. Times are
+    taken from the first arrival (a trace in Unix-epoch seconds starts at 0; the offset is
+    reported as trace_time_offset_s)."""
 
     kind: Literal["trace"]
-    file: str
-    time_scale: float = Field(1.0, gt=0, description="multiply trace times by this (0.5 = twice as fast)")
+    file: str = Field(min_length=1, description="path, relative to the workload file")
+    time_scale: float = Field(1.0, ge=1e-6, le=1e6, description="multiply trace times by this (0.5 = twice as fast)")
 
 
 Arrivals = Annotated[Poisson | Gamma | Constant | AllAtOnce | ClosedLoop | Trace, Field(discriminator="kind")]
@@ -149,23 +150,36 @@ _UNION_TAGS.update({"fixed", "uniform", "normal", "lognormal", "empirical", "seq
 
 
 class TotalSplit(Frozen):
-    """Draw a request's total length, then split it: prompt = round(total x prompt_share), output
-    = the rest (at least 1). Vidur's length generators work this way (prefill:decode ratio 3 is
-    prompt_share 0.75)."""
+    """Draw a request's total length, then split it: prompt = round(total x prompt_share), kept
+    within [1, total - 1] so that prompt and output each get at least one token. Vidur's length
+    generators work this way (prefill:decode ratio 3 is prompt_share 0.75). A total needs at least
+    2 tokens: continuous distributions are clipped to at least 2, given values must be >= 2."""
 
     total_tokens: Lengths
     prompt_share: float = Field(gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _splittable(self) -> TotalSplit:
+        t = self.total_tokens
+        given = {"fixed": ["value"], "uniform": ["min"], "empirical": ["values"], "sequence": ["values"]}.get(
+            t.dist, ["min"] if "min" in t.model_fields_set else [])
+        for name in given:
+            value = getattr(t, name)
+            if (min(value) if isinstance(value, list) else value) < 2:
+                raise ValueError(f"total_tokens.{name}: a total of 1 token cannot be split into a prompt and an "
+                                 "output token; totals must be at least 2")
+        return self
 
 
 class RequestClass(Frozen):
     """One kind of request in a mixed workload (e.g. short chats beside long agent sessions)."""
 
     name: str = Field(min_length=1)
-    weight: float = Field(gt=0, description="share of requests (normalised over the classes)")
+    weight: float = Field(gt=0, le=L.MAX_WEIGHT, description="share of requests (normalised over the classes)")
     prompt_tokens: Lengths | None = None
     output_tokens: Lengths | None = None
     split: TotalSplit | None = None
-    shared_prefix_tokens: int | None = Field(None, ge=0, description="default: the workload's")
+    shared_prefix_tokens: int | None = Field(None, ge=0, le=L.MAX_TOKENS, description="default: the workload's")
     samples: int | None = Field(None, gt=0, le=1024, description="default: the workload's")
 
     @model_validator(mode="after")
@@ -184,11 +198,12 @@ def _check_lengths(obj, where: str) -> None:
 
 class SchedulerConfig(Frozen):
     kind: Literal["static", "continuous", "chunked"] = "chunked"
-    max_num_seqs: int = Field(256, gt=0)
+    max_num_seqs: int = Field(256, gt=0, le=10_000_000)
     max_num_batched_tokens: int | None = Field(
-        None, gt=0, description="per-step token budget; default 2048 for chunked, max(max_model_len, 2048) otherwise"
+        None, gt=0, le=L.MAX_TOKENS, description="per-step token budget; default 2048 for chunked, max(max_model_len, 2048) otherwise"
     )
-    block_size: int = Field(16, gt=0)
+    block_size: int = Field(16, gt=0, le=L.MAX_BLOCK_SIZE, description="tokens per KV block (vLLM: 16; "
+                            f"at most {L.MAX_BLOCK_SIZE})")
     preemption: Literal["recompute", "swap"] = "recompute"
     watermark: float = Field(0.01, ge=0, lt=1, description="share of blocks kept free when admitting (vLLM)")
 
@@ -293,36 +308,38 @@ class WorkloadConfig(Frozen):
         None, description="serving-engine profile (vllm, sglang, trt-llm, llama.cpp; `capsim engines`): its host "
         "overheads and kernel class, and its scheduling and memory defaults where this file leaves them unset; "
         "none: the bare GPU roofline")
-    tp: int = Field(1, gt=0, description="tensor-parallel GPUs per replica (weights and KV heads split, "
+    tp: int = Field(1, gt=0, le=1024, description="tensor-parallel GPUs per replica (weights and KV heads split, "
                     "two all-reduces per layer)")
     mode: Literal["realistic", "document", "unit"] = "realistic"
-    unit_step_s: float = Field(1.0, gt=0, description="step time in unit mode")
+    unit_step_s: float = Field(1.0, ge=1e-9, le=3600, description="step time in unit mode")
     scheduler: SchedulerConfig = SchedulerConfig()
     allocator: Literal["paged", "contiguous"] | None = Field(None, description="default: contiguous for static, else paged")
     reserve: Literal["max_model_len", "request"] = "max_model_len"
-    max_model_len: int | None = Field(None, gt=0, description="default: the model's context length")
+    max_model_len: int | None = Field(None, gt=0, le=L.MAX_TOKENS, description="default (and at most): the model's "
+                                      "context length")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    num_gpu_blocks: int | None = Field(None, gt=0, description="override the computed KV capacity")
+    num_gpu_blocks: int | None = Field(None, gt=0, le=L.MAX_TOKENS, description="override the computed KV capacity")
     arrivals: Arrivals
     prompt_tokens: Lengths | None = None
     output_tokens: Lengths | None = None
     split: TotalSplit | None = Field(None, description="instead of prompt/output_tokens: a total length, split")
-    classes: list[RequestClass] | None = Field(None, description="instead of the above: a mix of kinds")
-    requests: int | None = Field(None, gt=0, description="how many requests arrive")
-    duration_s: float | None = Field(None, gt=0, description="or: send requests for this long")
-    horizon_s: float | None = Field(None, gt=0, description="stop the clock here; the rest is 'unfinished'")
+    classes: list[RequestClass] | None = Field(None, min_length=1, description="instead of the above: a mix of kinds")
+    requests: int | None = Field(None, gt=0, description="how many requests arrive (with duration_s: at most this many)")
+    duration_s: float | None = Field(None, gt=0, le=L.MAX_TIME_S, description="or: send requests for this long "
+                                     "(with requests: whichever ends first)")
+    horizon_s: float | None = Field(None, gt=0, le=L.MAX_TIME_S, description="stop the clock here; the rest is 'unfinished'")
     slo: SLO | None = None
     measure: Measure = Measure()
     seed: int = Field(0, ge=0, lt=2**63)
     shared_prefix_tokens: int = Field(
-        0, ge=0, description="a system prompt of this many tokens, identical for every request (of a class), "
+        0, ge=0, le=L.MAX_TOKENS, description="a system prompt of this many tokens, identical for every request (of a class), "
         "added in front of the drawn prompt"
     )
     samples: int = Field(1, gt=0, le=1024, description="parallel sampling (n): answers per request, sharing its prompt")
     prefix_caching: bool = Field(False, description="reuse cached KV blocks of identical prefixes (vLLM APC)")
     replicas: int = Field(1, gt=0, le=4096, description="copies of the server behind a router")
     router: Literal["round_robin", "least_outstanding", "least_kv"] = "round_robin"
-    swap_space_gib: float = Field(4.0, ge=0, description="host memory per replica for swapped-out KV (vLLM --swap-space)")
+    swap_space_gib: float = Field(4.0, ge=0, le=2**20, description="host memory per replica for swapped-out KV (vLLM --swap-space)")
     speculative: Speculative | None = None
 
     @model_validator(mode="after")
@@ -343,6 +360,6 @@ class WorkloadConfig(Frozen):
         from_trace = [w for w, p, o in lengths if (p is not None and p.dist == "trace") or (o is not None and o.dist == "trace")]
         if from_trace and not trace:
             raise ValueError("length dist 'trace' needs arrivals.kind 'trace'")
-        if self.arrivals.kind == "all_at_once" and self.requests is None:
-            raise ValueError("arrivals 'all_at_once' needs 'requests'")
+        if self.arrivals.kind == "all_at_once" and (self.requests is None or self.duration_s is not None):
+            raise ValueError("arrivals 'all_at_once' sends 'requests' requests at once: give 'requests', not duration_s")
         return self

@@ -21,6 +21,7 @@ import yaml
 
 from capsim.errors import CapsimError
 from capsim.harness.fit import FamilyFit
+from capsim.limits import MAX_TOKENS, MIN_EFFICIENCY
 
 # Kernel calls per layer charged at the GEMM intercept in overhead.layer_s (qkv, o, gate_up, down).
 GEMMS_PER_LAYER = 4
@@ -123,10 +124,11 @@ def today() -> str:
 
 
 def _share(rate: float | None, ceiling: float) -> float | None:
-    """Achieved / ceiling, clipped into the schema's (0, 1]; None when nothing was measured."""
+    """Achieved / ceiling, clipped into the schema's [limits.MIN_EFFICIENCY, 1]; None when
+    nothing was measured."""
     if not rate or rate <= 0:
         return None
-    return float(f"{min(1.0, rate / ceiling):.4g}")
+    return float(f"{min(1.0, max(MIN_EFFICIENCY, rate / ceiling)):.4g}")
 
 
 def fit_numbers(fits: dict[str, FamilyFit], micro: dict[str, float]) -> dict[str, float]:
@@ -174,7 +176,7 @@ def build_profile(base: dict, fits: dict[str, FamilyFit], micro: dict[str, float
     }
     eff.update({k: v for k, v in updates.items() if v is not None})
     if gemm is not None:
-        eff["compute_half_tokens"] = float(gemm.model.h)
+        eff["compute_half_tokens"] = float(min(gemm.model.h, MAX_TOKENS))
     attention_call_s = decode.model.a if decode else micro.get("launch_s", 0.0)
     layer_s = attention_call_s + GEMMS_PER_LAYER * (gemm.model.a if gemm else 0.0)
     overhead = {**(base.get("overhead") or {}), "layer_s": float(layer_s)}
