@@ -104,9 +104,13 @@ class Replica:
         return children
 
     def release(self, done: list[Request], end_s: float) -> None:
-        """Finished requests leave: their blocks go back (or into the prefix cache)."""
+        """Finished requests leave: their blocks go back (or into the prefix cache), with those
+        promised for speculative tokens they did not want."""
+        unwanted = self.running.overshoot_blocks(done) if self.kv.kind == "paged" else 0
         self.running.remove(done)
         for req in done:
             req.finish_s = end_s
             self.kv.release(req)
             self.stored_tokens -= req.computed_tokens
+        if unwanted:
+            self.kv.promise(-unwanted)
