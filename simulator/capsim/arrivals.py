@@ -40,9 +40,10 @@ def user(engine: Engine, stream: ClosedLoopStream, index: int):
     plus a new message, and the session id lets the prefix cache find that history."""
     history, turn, session, cls = 0, 0, None, 0
     first = True
+    planned = 0  # replicas that planned at this instant before the last request's rejection
     while True:
         if not first:
-            yield engine.at(engine.env.now + stream.think(), user=index)
+            yield engine.at(engine.env.now + stream.think(), user=index, planned=planned)
         first = False
         now = engine.env.now
         if (stream.duration_s is not None and now >= stream.duration_s) or \
@@ -61,6 +62,8 @@ def user(engine: Engine, stream: ClosedLoopStream, index: int):
         outcome = yield done
         turn = (turn + 1) % stream.turns_per_session
         history = prompt + output
+        planned = 0
         if outcome != "completed":
             turn = 0  # a rejected turn ends the session
+            planned = req.replica  # rejected while its replica planned (Engine.at)
     engine.user_finished()
