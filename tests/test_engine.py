@@ -114,7 +114,8 @@ def test_queue_lengths_count_only_sends_that_arrive(round_gpu_file):
                  prompt_tokens={"dist": "fixed", "value": 10}, output_tokens={"dist": "sequence", "values": [2, 50]})
     macro, step = _both(w)
     assert macro.steps.equals(step.steps)
-    assert macro.steps["waiting"].tolist() == [1, 1] + [0] * 50  # request 1 waits out request 0's two steps
+    # user 1 starts 50 us in (the ramp: one think time over two users), during request 0's first step
+    assert macro.steps["waiting"].tolist() == [0, 1] + [0] * 50
 
 
 def test_one_order_for_what_happens_at_one_instant(round_gpu_file):
@@ -154,6 +155,20 @@ def test_a_send_made_at_a_plan_reaches_replicas_that_planned_earlier_at_their_ne
     r = macro.requests
     assert r.loc[5, "outcome"] == "rejected" and r.loc[5, "replica"] == 1
     assert r.loc[6, ["arrival_s", "replica", "first_scheduled_s"]].tolist() == [0.003, 0, 0.004]
+
+
+def test_closed_loop_users_ramp_in_and_their_first_requests_are_marked(round_gpu_file):
+    # 4 users thinking 4 ms start 1 ms apart (a ramp of one think time); each user's first
+    # request is marked, for measurement windows that leave the first wave out
+    w = workload(round_gpu_file, requests=12,
+                 arrivals={"kind": "closed_loop", "users": 4, "think_time_s": 0.004, "think_time_dist": "fixed"})
+    r = simulate(w).requests
+    first = r[r["first_of_user"]]
+    assert first["request_id"].tolist() == first["user"].tolist() == [0, 1, 2, 3]
+    assert first["arrival_s"].tolist() == [0.0, 0.001, 0.002, 0.003]
+    later = r[~r["first_of_user"]]
+    assert len(later) == 8 and (later["arrival_s"] >= 0.004).all()
+    assert not simulate(workload(round_gpu_file, requests=5)).requests["first_of_user"].any()  # open loop
 
 
 def test_events_count_the_engines_waits(round_gpu_file):
