@@ -323,10 +323,11 @@ class Engine:
             self.outcomes.finish(req, "rejected", reason)
         if plan.preempted:
             rep.preempt(plan.preempted)
-        for req in plan.admitted:
-            if req.first_scheduled_s is None:
-                req.first_scheduled_s = now
-        rep.admit(plan.admitted, plan.cached_blocks)
+        if plan.admitted:
+            for req in plan.admitted:
+                if req.first_scheduled_s is None:
+                    req.first_scheduled_s = now
+            rep.admit(plan.admitted, plan.cached_blocks)
         explicit_decoders = [r for r in plan.scheduled if running.is_decoder(r)]
         for req in explicit_decoders:  # slow path: they advance one by one this step
             running.stop_decoding(req)
