@@ -70,6 +70,14 @@ class Replica:
         then swapped-out KV comes back from host memory. Fresh blocks may evict cached ones, and
         the plan counted on the hits it found."""
         kv, swap = self.kv, self.swap
+        if swap is not None or kv.caching:
+            self._map_memory(reqs, hits)
+        for req in reqs:
+            self.running.admit(req)
+
+    def _map_memory(self, reqs: list[Request], hits: list[int]) -> None:
+        """Admit's memory moves: cached prefixes mapped in, then swapped-out KV brought back."""
+        kv, swap = self.kv, self.swap
         swapped_in = []
         for req, n in zip(reqs, hits):
             if swap is not None and req.id in swap.held:
@@ -89,8 +97,6 @@ class Replica:
             self.swap_bytes_this_step += size
             kv.restore(req)
             self.stored_tokens += req.computed_tokens
-        for req in reqs:
-            self.running.admit(req)
 
     def fork(self, parent: Request, first_id: int) -> list[Request]:
         """Parallel sampling: the other n - 1 answers start from the parent's prompt, sharing its
@@ -114,7 +120,7 @@ class Replica:
     def release(self, done: list[Request], end_s: float) -> None:
         """Finished requests leave: their blocks go back (or into the prefix cache), with those
         promised for speculative tokens they did not want."""
-        unwanted = self.running.overshoot_blocks(done) if self.kv.kind == "paged" else 0
+        unwanted = 0 if self.running.single or self.kv.kind != "paged" else self.running.overshoot_blocks(done)
         self.running.remove(done)
         for req in done:
             req.finish_s = end_s
