@@ -87,6 +87,90 @@ def test_ties_of_arrivals_step_ends_and_horizon_resolve_as_step_by_step(round_gp
         assert macro.summary["duration"] == horizon_s and (macro.steps["end_s"] < horizon_s).all()
 
 
+def test_closed_loop_replicas_see_sends_made_during_their_macro_steps(round_gpu_file):
+    """Issue 19's scenario on the tiny model: four replicas, 12 users thinking 2 ms. A request
+    finishing on one replica makes its user's next send while the others are in macro-steps
+    planned without it; each of those ends with the step the send can join, as single steps do.
+    (Macro-steps that ran on to their planned end left the newcomer waiting: mean TTFT 0.44 ms
+    against the reference's 0.24.)"""
+    w = workload(round_gpu_file, replicas=4, router="round_robin", num_gpu_blocks=100_000, max_model_len=16384,
+                 scheduler={"kind": "chunked", "max_num_seqs": 256, "max_num_batched_tokens": 2048},
+                 arrivals={"kind": "closed_loop", "users": 12, "think_time_s": 0.002},
+                 prompt_tokens={"dist": "lognormal", "mean": 600, "sigma": 0.9, "max": 6000},
+                 output_tokens={"dist": "lognormal", "mean": 250, "sigma": 0.8, "max": 1500}, requests=40, seed=3)
+    macro, step = _both(w)
+    assert macro.summary["mean_ttft_ms"] == step.summary["mean_ttft_ms"]
+    assert macro.summary_json() == step.summary_json()
+    assert macro.requests.equals(step.requests) and macro.steps.equals(step.steps)
+    assert macro.events < step.events  # still in macro-steps
+
+
+def test_queue_lengths_count_only_sends_that_arrive(round_gpu_file):
+    """Two requests in all: when request 0 ends, its user's next send stops the user instead of
+    arriving, so the static batch of request 1 runs with an empty queue (a macro-step counted
+    the pending send as a queued request)."""
+    w = workload(round_gpu_file, requests=2, scheduler={"kind": "static", "max_num_seqs": 1, "block_size": 4},
+                 arrivals={"kind": "closed_loop", "users": 2, "think_time_s": 0.0001, "think_time_dist": "fixed"},
+                 prompt_tokens={"dist": "fixed", "value": 10}, output_tokens={"dist": "sequence", "values": [2, 50]})
+    macro, step = _both(w)
+    assert macro.steps.equals(step.steps)
+    # user 1 starts 50 us in (the ramp: one think time over two users), during request 0's first step
+    assert macro.steps["waiting"].tolist() == [0, 1] + [0] * 50
+
+
+def test_one_order_for_what_happens_at_one_instant(round_gpu_file):
+    """Unit mode, three replicas in lockstep, users without think time: at 2 ms replica 1's
+    request finishes and its user's next request goes to replica 0, whose step ends at the same
+    instant. Sends made at an instant arrive after every step ending then, whichever replica's
+    step SimPy happens to run first (that order followed when each wait was made, which differs
+    between a macro-step and single steps), so replica 0's step records an empty queue."""
+    w = workload(round_gpu_file, mode="unit", unit_step_s=0.001, replicas=3, allocator="contiguous",
+                 num_gpu_blocks=4096, max_model_len=2048, requests=None, duration_s=0.01,
+                 scheduler={"kind": "static", "max_num_seqs": 1, "block_size": 1},
+                 arrivals={"kind": "closed_loop", "users": 3, "think_time_s": 0.0},
+                 prompt_tokens={"dist": "uniform", "min": 1, "max": 60}, output_tokens={"dist": "uniform", "min": 1, "max": 20},
+                 seed=0)
+    macro, step = _both(w)
+    assert macro.summary_json() == step.summary_json()
+    assert macro.requests.equals(step.requests) and macro.steps.equals(step.steps)
+    at_2ms = macro.steps[macro.steps["end_s"] == 0.002]
+    assert at_2ms["replica"].tolist() == [0, 1, 2] and at_2ms["waiting"].tolist() == [0, 0, 0]
+    assert macro.requests.loc[3, ["arrival_s", "replica"]].tolist() == [0.002, 0]
+
+
+def test_a_send_made_at_a_plan_reaches_replicas_that_planned_earlier_at_their_next_step(round_gpu_file):
+    """Unit mode, two replicas, users without think time. Replica 1 prefills a 48-token prompt
+    in 16-token chunks, and at 3 ms, its budget free again, reaches the 204-token request behind
+    it and rejects it (max_model_len 150). The user's next request goes to replica 0, which
+    planned at 3 ms before replica 1 (the order of an instant), so it joins replica 0's batch at
+    4 ms, also when replica 0 is in a macro-step whose steps end at 3 and 4 ms."""
+    w = workload(round_gpu_file, mode="unit", unit_step_s=0.001, replicas=2, max_model_len=150, requests=7,
+                 scheduler={"kind": "chunked", "max_num_seqs": 8, "max_num_batched_tokens": 16, "block_size": 4},
+                 arrivals={"kind": "closed_loop", "users": 6, "think_time_s": 0.0},
+                 prompt_tokens={"dist": "sequence", "values": [4, 48, 4, 4, 4, 200, 4]},
+                 output_tokens={"dist": "sequence", "values": [100, 100, 100, 100, 100, 5, 5]})
+    macro, step = _both(w)
+    assert macro.summary_json() == step.summary_json()
+    assert macro.requests.equals(step.requests) and macro.steps.equals(step.steps)
+    r = macro.requests
+    assert r.loc[5, "outcome"] == "rejected" and r.loc[5, "replica"] == 1
+    assert r.loc[6, ["arrival_s", "replica", "first_scheduled_s"]].tolist() == [0.003, 0, 0.004]
+
+
+def test_closed_loop_users_ramp_in_and_their_first_requests_are_marked(round_gpu_file):
+    # 4 users thinking 4 ms start 1 ms apart (a ramp of one think time); each user's first
+    # request is marked, for measurement windows that leave the first wave out
+    w = workload(round_gpu_file, requests=12,
+                 arrivals={"kind": "closed_loop", "users": 4, "think_time_s": 0.004, "think_time_dist": "fixed"})
+    r = simulate(w).requests
+    first = r[r["first_of_user"]]
+    assert first["request_id"].tolist() == first["user"].tolist() == [0, 1, 2, 3]
+    assert first["arrival_s"].tolist() == [0.0, 0.001, 0.002, 0.003]
+    later = r[~r["first_of_user"]]
+    assert len(later) == 8 and (later["arrival_s"] >= 0.004).all()
+    assert not simulate(workload(round_gpu_file, requests=5)).requests["first_of_user"].any()  # open loop
+
+
 def test_events_count_the_engines_waits(round_gpu_file):
     """RunResult.events: step by step, an event per forward pass and per arrival; with macro-steps
     (one replica, arrivals pulled by the step loop), one per wait of the step loop: a step with a

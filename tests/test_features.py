@@ -117,6 +117,21 @@ def test_least_outstanding_avoids_the_busy_replica(round_gpu_file, tmp_path):
     assert list(lo["replica"]) == [0, 1, 1, 1, 1]  # replica 0 is busy with the long answer
 
 
+def test_prefix_hits_survive_swapped_requests_coming_back(round_gpu_file):
+    """Prefix caching with swapping, 9 requests at once on 500 one-token blocks: a step that
+    admits a swapped-out request and one whose prefix is cached maps the cached blocks before
+    the swapped KV takes fresh blocks, which can evict cached ones (the other order evicted
+    the very blocks the plan had counted as hits, and the run failed)."""
+    w = workload(round_gpu_file, prefix_caching=True, shared_prefix_tokens=8, num_gpu_blocks=500, requests=9,
+                 scheduler={"kind": "continuous", "max_num_seqs": 4, "block_size": 1, "preemption": "swap"},
+                 arrivals={"kind": "all_at_once"}, prompt_tokens={"dist": "uniform", "min": 1, "max": 120},
+                 output_tokens={"dist": "uniform", "min": 1, "max": 250}, seed=0)
+    macro, step = simulate(w), simulate(w, macro_steps=False)
+    s = macro.summary
+    assert s["completed"] == 9 and s["swapped_bytes"] > 0 and s["prefill_tokens_saved"] > 0
+    assert macro.summary_json() == step.summary_json()
+
+
 @pytest.mark.parametrize("case", ["prefix", "samples", "swap", "replicas"])
 def test_features_keep_macro_steps_exact(round_gpu_file, case):
     fields = {

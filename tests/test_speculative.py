@@ -69,3 +69,17 @@ def test_tokens_a_finishing_sequence_does_not_want_are_neither_stored_nor_counte
     produced = steps["prefill_tokens"].sum() + steps["decode_tokens"].sum()
     assert produced == reqs["prompt_tokens"].sum() + reqs["generated_tokens"].sum() - len(reqs)
     assert r.summary["kv_utilisation"] <= 1.0
+
+
+def test_blocks_promised_for_unwanted_speculative_tokens_come_back(round_gpu_file):
+    # 4 tokens a step (3 drafts, all accepted), blocks of 1 token. A request wanting 3 tokens gets
+    # its first from the prefill and 4 more in one step, 2 of them unwanted: the 4 blocks promised
+    # for that step are counted, and the 2 for the unwanted tokens come back when it finishes, so
+    # the next request starts from an empty cache (they stayed promised: the KV shrank for good,
+    # and a closed loop ran out of memory with nothing running and stalled).
+    w = workload(round_gpu_file, requests=3, arrivals={"kind": "constant", "rate_per_s": 100.0},
+                 prompt_tokens={"dist": "fixed", "value": 10}, output_tokens={"dist": "fixed", "value": 3},
+                 scheduler={"kind": "continuous", "max_num_seqs": 8, "block_size": 1},
+                 speculative={"draft_tokens": 3, "acceptance_rate": 1.0})
+    steps = simulate(w).steps
+    assert steps["kv_used_units"].tolist() == [10, 14] * 3

@@ -121,3 +121,14 @@ def test_closed_loop_lengths_are_drawn_in_order(round_gpu_file):
     first = [s.lengths(i) for i in range(5000)]  # past one block of draws
     assert all(p >= 10 and 1 <= o <= 60 for p, o, _ in first)
     assert 0.0 < s.think() < 50.0
+
+
+def test_closed_loop_users_start_evenly_over_the_ramp(round_gpu_file):
+    def starts(**arrivals):
+        s = build_stream(workload(round_gpu_file, arrivals={"kind": "closed_loop", "users": 4, **arrivals}))
+        return [s.start_s(u) for u in range(4)]
+
+    assert starts(think_time_s=2.0) == [0.0, 0.5, 1.0, 1.5]  # by default over one mean think time
+    assert starts(think_time_s=2.0, ramp_s=8.0) == [0.0, 2.0, 4.0, 6.0]
+    assert starts(think_time_s=2.0, ramp_s=0.0) == [0.0] * 4
+    assert starts() == [0.0] * 4  # no think time: everyone at once, as before ramps

@@ -22,6 +22,7 @@ from conftest import workload
     ({"samples": 2**63}, "field 'samples'"),
     ({"seed": -1}, "field 'seed'"),
     ({"arrivals": {"kind": "closed_loop", "users": 10**12}}, "field 'arrivals.users'"),
+    ({"arrivals": {"kind": "closed_loop", "users": 2, "ramp_s": -1.0}}, "field 'arrivals.ramp_s'"),
     ({"prompt_tokens": {"dist": "lognormal", "mean": 300, "sigma": 1e300}}, "field 'prompt_tokens.sigma'"),
     ({"arrivals": {"kind": "poisson", "rate_per_s": float("inf")}}, "finite number"),
     ({"classes": [{"name": "a", "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 1},

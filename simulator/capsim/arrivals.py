@@ -35,15 +35,19 @@ def open_loop_request(stream: OpenLoopStream, i: int) -> Request:
 
 
 def user(engine: Engine, stream: ClosedLoopStream, index: int):
-    """One closed-loop user: send, wait for the whole answer, think, send again. With
-    turns_per_session > 1 each turn's prompt is the session so far (earlier prompts and answers)
-    plus a new message, and the session id lets the prefix cache find that history."""
+    """One closed-loop user: start at its place in the ramp, send, wait for the whole answer,
+    think, send again. With turns_per_session > 1 each turn's prompt is the session so far
+    (earlier prompts and answers) plus a new message, and the session id lets the prefix cache
+    find that history."""
     history, turn, session, cls = 0, 0, None, 0
     first = True
+    planned = 0  # replicas that planned at this instant before the last request's rejection
+    start = stream.start_s(index)
+    if start > 0:
+        yield engine.at(start, user=index)
     while True:
         if not first:
-            yield engine.at(engine.env.now + stream.think(), user=index)
-        first = False
+            yield engine.at(engine.env.now + stream.think(), user=index, planned=planned)
         now = engine.env.now
         if (stream.duration_s is not None and now >= stream.duration_s) or \
                 (stream.max_requests is not None and engine.arrived >= stream.max_requests):
@@ -55,12 +59,15 @@ def user(engine: Engine, stream: ClosedLoopStream, index: int):
         prompt = history + drawn
         req = Request(engine.arrived, now, prompt, output, user=index, class_index=cls,
                       shared_prefix_tokens=stream.class_prefix[cls], session=session,
-                      samples=stream.class_samples[cls])
+                      samples=stream.class_samples[cls], first_of_user=first)
+        first = False
         done = engine.event(req.id)
         engine.submit(req)
         outcome = yield done
         turn = (turn + 1) % stream.turns_per_session
         history = prompt + output
+        planned = 0
         if outcome != "completed":
             turn = 0  # a rejected turn ends the session
+            planned = req.replica  # rejected while its replica planned (Engine.at)
     engine.user_finished()

@@ -4,11 +4,14 @@ Each replica repeats DESIGN §2's loop: plan = scheduler.schedule(...); cost = c
 wait cost.seconds; apply(plan). Time passes only here. A decode-only plan that the scheduler marks
 repeatable for k steps is advanced in one wait (a macro-step) unless `macro_steps=False`; its
 per-step times, token times and records are the ones k single steps would produce, because both
-go through CostModel.decode_steps and the same integer bookkeeping (tests/test_engine.py runs
-randomised workloads both ways and compares every record). `macro_steps=False` is the plain
-reference: one event per step and one per arrival. With one replica and open-loop arrivals the
-step loop is the only process: it pulls the arrivals due and its waits move the clock directly
-(`_run_alone`), with SimPy's ordering and horizon rule.
+go through CostModel.decode_steps and the same integer bookkeeping, and because a macro-step ends
+with the step an arrival could join: the next arrival known when it starts, or a closed-loop send
+made while it runs (another replica's request finished), which cuts it short (Engine._cut).
+tests/test_engine_equivalence.py runs randomised workloads over every feature both ways and
+compares every record. `macro_steps=False` is the plain reference: one event per step and one
+per arrival. With one replica and open-loop arrivals the step loop is the only process: it pulls
+the arrivals due and its waits move the clock directly (`_run_alone`), with SimPy's ordering and
+horizon rule.
 
 `pip install .` compiles this module and the others a step runs through with mypyc (setup.py):
 keep their annotations true (mypyc checks them at run time) and keep classes that extend SimPy's
@@ -20,7 +23,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
-from typing import cast
+from typing import Final, cast
 
 import numpy as np
 import simpy
@@ -38,8 +41,28 @@ from capsim.schedulers import REJECT_REASONS
 from capsim.step_log import StepLog
 from capsim.workload import ClosedLoopStream, OpenLoopStream
 
-_LATE = 2  # step ends fire after same-time arrivals (SimPy's NORMAL is 1)
+# The order of what happens at one instant. SimPy runs same-time events by priority, then in the
+# order they were made; every engine event has a fixed priority, so a macro-step's end (made when
+# it starts, or when a send cuts it short) falls where the last of its single steps would, and no
+# order depends on when an event was made:
+#   1          arrivals and sends made earlier, outcomes, wake-ups (SimPy's NORMAL)
+#   2 + i      replica i's step ends
+#   2 + R      sends made at this instant (think time 0), once every step ending now has ended
+#   3 + R + i  replica i plans (closed loop), once those sends have arrived
+_ARRIVAL: Final = 1  # Final: compiled, a constant instead of a look-up in the module's globals
+_STEP_END: Final = 2
 PROGRESS_EVERY = 4096  # step-loop iterations between two progress reports (a few per second)
+
+
+class InFlight:
+    """A decode macro-step under way (closed loop, several replicas): what a send made during it
+    may cut short."""
+
+    def __init__(self, rep: Replica, ends, k: int, event: Event) -> None:
+        self.rep = rep
+        self.ends = ends  # its steps' end times (a list or an array)
+        self.k = k  # steps it runs (fewer once cut)
+        self.event = event  # the event its replica waits on
 
 
 class Engine:
@@ -82,6 +105,13 @@ class Engine:
         self._due = self._arrival_list[0] if self._arrival_list else math.inf  # next arrival to pull
         if self.pull and not self._arrival_list:
             self._arrivals_done = True
+        num = len(replicas)
+        self._send_now = _STEP_END + num  # priorities: see the order of an instant above
+        self._plan_first = _STEP_END + num + 1
+        # Closed loop with several replicas: a send can be made while a replica is in a macro-step
+        # planned without it (another replica's request finished), so macro-steps stay cuttable.
+        self._cutting = macro_steps and self.closed_loop and num > 1
+        self._in_flight: dict[int, InFlight] = {}  # replica index -> its cuttable macro-step
 
     # ---------------------------------------------------------------- running
 
@@ -122,7 +152,7 @@ class Engine:
         if horizon is not None:
             env._now = max(horizon, env._now)
 
-    def _wait(self, when: float, priority: int = _LATE):
+    def _wait(self, when: float, priority: int):
         """What the step loop yields to wait until `when`: an event for SimPy, or in pull mode
         the time itself (see _run_alone)."""
         return when if self.pull else At(self.env, when, priority)
@@ -131,6 +161,9 @@ class Engine:
         if self.pull:
             return self._due
         if self.closed_loop:
+            limit = cast(ClosedLoopStream, self.stream).max_requests
+            if limit is not None and self.arrived >= limit:
+                return math.inf  # the sends still pending only end their users
             return min(self._pending_sends.values(), default=math.inf)
         times = cast(OpenLoopStream, self.stream).arrival_s
         return float(times[self.next_index]) if self.next_index < len(times) else math.inf
@@ -149,13 +182,20 @@ class Engine:
 
     # ---------------------------------------------------------------- services for arrivals.py
 
-    def at(self, when: float, user: int | None = None) -> Event:
-        """An event at `when` (for arrivals and users: they fire before same-time step ends).
-        A user's pending send time is known to the macro-step logic until it fires."""
+    def at(self, when: float, user: int | None = None, planned: int = 0) -> Event:
+        """An event at `when`, for arrivals and users (see the order of an instant above). A
+        user's pending send time is known to the macro-step logic until it fires, and cuts short
+        the macro-steps under way that it falls in. `planned`: replicas numbered below it have
+        planned at this instant already (a send made by a rejection at that replica's plan)."""
         if user is None:
-            return At(self.env, when, 1)
+            return At(self.env, when, _ARRIVAL)
+        event = At(self.env, when, _ARRIVAL if when > self.env._now else self._send_now)
+        duration_s = cast(ClosedLoopStream, self.stream).duration_s
+        if duration_s is not None and when >= duration_s:
+            return event  # the user stops then, sending nothing
         self._pending_sends[user] = when
-        event = At(self.env, when, 1)
+        if self._in_flight:
+            self._cut(when, planned)
         sends = self._pending_sends
 
         def sent(_: Event) -> None:
@@ -238,7 +278,7 @@ class Engine:
                 if not self._loops % PROGRESS_EVERY:
                     self.progress(len(self.requests), self.total_requests)
             if self.closed_loop:  # let same-time sends (think time 0) arrive before planning
-                yield At(env, env.now, _LATE)
+                yield At(env, env._now, self._plan_first + rep.index)
             if not rep.waiting and not rep.running:
                 if self._arrivals_done:
                     return
@@ -283,10 +323,11 @@ class Engine:
             self.outcomes.finish(req, "rejected", reason)
         if plan.preempted:
             rep.preempt(plan.preempted)
-        for req, hits in zip(plan.admitted, plan.cached_blocks):
-            if req.first_scheduled_s is None:
-                req.first_scheduled_s = now
-            rep.admit(req, hits)
+        if plan.admitted:
+            for req in plan.admitted:
+                if req.first_scheduled_s is None:
+                    req.first_scheduled_s = now
+            rep.admit(plan.admitted, plan.cached_blocks)
         explicit_decoders = [r for r in plan.scheduled if running.is_decoder(r)]
         for req in explicit_decoders:  # slow path: they advance one by one this step
             running.stop_decoding(req)
@@ -308,7 +349,7 @@ class Engine:
         if plan.num_decodes:
             kv.promise(kv.decode_need(running, 1))
         end = now + cost.seconds
-        yield self._wait(end)
+        yield self._wait(end, _STEP_END + rep.index)
         if self._due <= end:  # arrivals due by the step's end count in its queue length
             self._pull(end)
         gained = running.tokens_ahead(1) if plan.num_decodes else 0
@@ -365,21 +406,32 @@ class Engine:
         until = self.next_arrival_s() if plan.wake_on_arrival or len(self.replicas) > 1 else math.inf
         ends = rep.cost.decode_ends(n, k, now, ctx_full0, ctx_sliding0, below, offsets, until)
         k = self._cap_steps(ends, plan)
+        priority = _STEP_END + rep.index
         if k == 0:  # the first step crosses the horizon: it never completes
-            yield self._wait(float(ends[0]))
+            yield self._wait(float(ends[0]), priority)
             return
         ends = ends[:k]
         residues = running.residues() if kv.kind == "paged" else None
         used0, stored0 = kv.used_units, rep.stored_tokens
         kv.promise(kv.decode_need(running, k))
-        end = float(ends[-1])
         # The queue length each step ends with: arrivals land only in the last step when the
         # macro-step stopped for them (read after the wait); elsewhere they are counted per step.
         waiting: int | np.ndarray = len(rep.waiting)
         if k > 1 and self.next_arrival_s() <= ends[-2]:
             waiting = waiting + self._arrivals_by(np.asarray(ends))
-        step0, gained = running.steps, running.tokens_ahead(k)
-        yield self._wait(end)
+        step0 = running.steps
+        end = float(ends[-1])
+        wait = self._wait(end, priority)
+        if self._cutting and k > 1:
+            self._in_flight[rep.index] = InFlight(rep, ends, k, wait)
+            yield wait
+            cut = self._in_flight.pop(rep.index).k
+            if cut < k:
+                k, ends = cut, ends[:cut]
+                end = float(ends[-1])
+        else:
+            yield wait
+        gained = running.tokens_ahead(k)
         if self._due <= end:
             self._pull(end)
         running.advance(k, end)
@@ -400,7 +452,9 @@ class Engine:
         replica only: with more, macro-steps always stop at the next arrival)."""
         if self.closed_loop:
             sends = np.sort(np.fromiter(self._pending_sends.values(), np.float64))
-            return np.searchsorted(sends, ends, side="right")
+            arrived = np.searchsorted(sends, ends, side="right")
+            limit = cast(ClosedLoopStream, self.stream).max_requests
+            return arrived if limit is None else np.minimum(arrived, limit - self.arrived)  # the rest stop
         return np.searchsorted(cast(OpenLoopStream, self.stream).arrival_s, ends, side="right") - self.next_index
 
     def _cap_steps(self, ends, plan: StepPlan) -> int:
@@ -415,6 +469,25 @@ class Engine:
             # SimPy's run(until=h) stops before events at h, so only steps ending before h count.
             k = min(k, bisect_left(ends, self.horizon_s))
         return k
+
+    def _cut(self, when: float, planned: int) -> None:
+        """A send for `when` was just made: each macro-step under way now ends with the first of
+        its steps that the send can still join, as the single steps would (a send at this
+        instant joins the step after the one ending now on a replica that has planned already).
+        Blocks promised for the steps cut off go back."""
+        now = self.env._now
+        for m in self._in_flight.values():
+            rep = m.rep
+            if when == now and rep.index < planned:
+                k = bisect_right(m.ends, when, 0, m.k) + 1
+            else:
+                k = bisect_left(m.ends, when, 0, m.k) + 1
+            if k < m.k:
+                kv = rep.kv
+                kv.promise(kv.decode_need(rep.running, k) - kv.decode_need(rep.running, m.k))
+                event = At(self.env, float(m.ends[k - 1]), _STEP_END + rep.index)
+                event.callbacks, m.event.callbacks = m.event.callbacks, []  # the old end wakes nobody
+                m.event, m.k = event, k
 
     def _step_gaps(self, rep: Replica, start: float, end: float) -> int:
         """The decoders' tokens of a general step, as _decoder_gaps records them, except that with

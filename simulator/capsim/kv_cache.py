@@ -169,7 +169,8 @@ class PagedAllocator:
         return running.max_steps_within(self.free_units, k_max)
 
     def promise(self, n: int) -> None:
-        """Take n blocks from the free pool for decoding requests (named when touched)."""
+        """Take n blocks from the free pool for decoding requests (named when touched); n < 0
+        gives back blocks promised for tokens that are not computed after all."""
         if n > self.free_units:
             raise RuntimeError("out of KV blocks: the scheduler over-committed (a capsim bug)")
         self._owed += n

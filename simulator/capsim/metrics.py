@@ -37,7 +37,8 @@ NAN = float("nan")
 def request_table(columns: dict[str, np.ndarray], class_names: tuple[str, ...],
                   reject_reasons: tuple[str, ...]) -> dict[str, Column]:
     """The requests table from RequestLog.columns() as csv_out columns (requests.csv): class,
-    outcome and reject reason as names, a missing user (open-loop traffic) empty."""
+    outcome and reject reason as names, a missing user (open-loop traffic) empty; first_of_user:
+    its closed-loop user's first request (the wave a ramp starts; False for open-loop traffic)."""
     c = columns
     user = c["user"]
     return {
@@ -47,7 +48,7 @@ def request_table(columns: dict[str, np.ndarray], class_names: tuple[str, ...],
         "first_scheduled_s": c["first_scheduled_s"], "first_token_s": c["first_token_s"], "finish_s": c["finish_s"],
         "generated_tokens": c["generated_tokens"], "samples": c["samples"], "preemptions": c["preemptions"],
         "recomputed_tokens": c["recomputed_tokens"], "replica": c["replica"],
-        "user": MaybeInts(np.maximum(user, 0).astype(np.int32), user < 0),
+        "user": MaybeInts(np.maximum(user, 0).astype(np.int32), user < 0), "first_of_user": c["first_of_user"],
         "ttft_ms": c["ttft_ms"], "e2el_ms": c["e2el_ms"], "queueing_ms": c["queueing_ms"], "tpot_ms": c["tpot_ms"],
     }
 

@@ -64,25 +64,39 @@ class Replica:
                 req.computed_tokens = 0
         self.waiting.extendleft(victims)  # newest-first list -> oldest at the front
 
-    def admit(self, req: Request, hits: int) -> None:
-        """A waiting request joins: its KV comes back from host memory, or its cached prefix is
-        mapped in, before the step allocates the rest."""
-        kv = self.kv
-        if self.swap is not None and req.id in self.swap.held:
-            size = self.swap.held.pop(req.id)
-            self.swap.used_bytes -= size
-            self.swap.total_bytes += size
+    def admit(self, reqs: list[Request], hits: list[int]) -> None:
+        """Waiting requests join, in this order (reqs[i] found hits[i] blocks in the prefix
+        cache), before the step allocates the rest: their cached prefixes are mapped in first,
+        then swapped-out KV comes back from host memory. Fresh blocks may evict cached ones, and
+        the plan counted on the hits it found."""
+        kv, swap = self.kv, self.swap
+        if swap is not None or kv.caching:
+            self._map_memory(reqs, hits)
+        for req in reqs:
+            self.running.admit(req)
+
+    def _map_memory(self, reqs: list[Request], hits: list[int]) -> None:
+        """Admit's memory moves: cached prefixes mapped in, then swapped-out KV brought back."""
+        kv, swap = self.kv, self.swap
+        swapped_in = []
+        for req, n in zip(reqs, hits):
+            if swap is not None and req.id in swap.held:
+                swapped_in.append(req)
+            elif kv.caching and not req.computed_tokens:
+                self.prompt_tokens_admitted += req.known_tokens
+                if n:
+                    kv.use_hits(req, n)
+                    req.computed_tokens = n * kv.block_size
+                    self.stored_tokens += req.computed_tokens
+                    self.prefill_tokens_saved += req.computed_tokens
+        for req in swapped_in:
+            assert swap is not None  # only a swapping replica holds requests in host memory
+            size = swap.held.pop(req.id)
+            swap.used_bytes -= size
+            swap.total_bytes += size
             self.swap_bytes_this_step += size
             kv.restore(req)
             self.stored_tokens += req.computed_tokens
-        elif kv.caching and not req.computed_tokens:
-            self.prompt_tokens_admitted += req.known_tokens
-            if hits:
-                kv.use_hits(req, hits)
-                req.computed_tokens = hits * kv.block_size
-                self.stored_tokens += req.computed_tokens
-                self.prefill_tokens_saved += req.computed_tokens
-        self.running.admit(req)
 
     def fork(self, parent: Request, first_id: int) -> list[Request]:
         """Parallel sampling: the other n - 1 answers start from the parent's prompt, sharing its
@@ -104,9 +118,13 @@ class Replica:
         return children
 
     def release(self, done: list[Request], end_s: float) -> None:
-        """Finished requests leave: their blocks go back (or into the prefix cache)."""
+        """Finished requests leave: their blocks go back (or into the prefix cache), with those
+        promised for speculative tokens they did not want."""
+        unwanted = 0 if self.running.single or self.kv.kind != "paged" else self.running.overshoot_blocks(done)
         self.running.remove(done)
         for req in done:
             req.finish_s = end_s
             self.kv.release(req)
             self.stored_tokens -= req.computed_tokens
+        if unwanted:
+            self.kv.promise(-unwanted)

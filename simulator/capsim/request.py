@@ -17,7 +17,8 @@ class Request:
                  first_token_s: float | None = None, last_token_s: float | None = None,
                  finish_s: float | None = None, preemptions: int = 0, recomputed_tokens: int = 0,
                  user: int | None = None, replica: int = 0, class_index: int = 0, shared_prefix_tokens: int = 0,
-                 session: int | None = None, samples: int = 1, parent: int | None = None) -> None:
+                 session: int | None = None, samples: int = 1, parent: int | None = None,
+                 first_of_user: bool = False) -> None:
         self.id = id
         self.arrival_s = arrival_s
         self.prompt_tokens = prompt_tokens
@@ -37,6 +38,7 @@ class Request:
         self.session = session  # multi-turn session whose history its prompt resends
         self.samples = samples  # parallel samples (n): the prompt is prefilled once and n answers decode
         self.parent = parent  # for a sample forked off another request: that request's id
+        self.first_of_user = first_of_user  # its closed-loop user's first request (the ramp's wave)
 
     def __repr__(self) -> str:
         return (f"Request(id={self.id}, arrival_s={self.arrival_s}, prompt_tokens={self.prompt_tokens}, "

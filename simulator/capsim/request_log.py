@@ -24,7 +24,7 @@ class RequestLog:
 
     FIELDS = ("id", "arrival_s", "prompt_tokens", "output_tokens", "outcome", "reject_reason",
               "first_scheduled_s", "first_token_s", "finish_s", "generated_tokens", "preemptions",
-              "recomputed_tokens", "replica", "user", "class_index", "samples")
+              "recomputed_tokens", "replica", "user", "first_of_user", "class_index", "samples")
 
     def __init__(self, reject_reasons: tuple[str, ...], class_names: tuple[str, ...] = ("all",)) -> None:
         self.reject_reasons, self.class_names = reject_reasons, class_names
@@ -40,12 +40,13 @@ class RequestLog:
              NAN if req.first_token_s is None else req.first_token_s, NAN if req.finish_s is None else req.finish_s),
             (req.id, req.prompt_tokens, req.output_tokens, OUTCOMES.index(outcome),
              -1 if reason is None else self.reject_reasons.index(reason), req.generated_tokens, req.preemptions,
-             req.recomputed_tokens, req.replica, -1 if req.user is None else req.user, req.class_index, req.samples))
+             req.recomputed_tokens, req.replica, -1 if req.user is None else req.user, 1 if req.first_of_user else 0,
+             req.class_index, req.samples))
 
     def columns(self) -> dict[str, np.ndarray]:
         """The requests table as numpy columns in request-id order: the categorical ones as codes
         (outcome: index into OUTCOMES; reject_reason: index into reject_reasons, -1 for none;
-        class_index; user: -1 for none), then the derived latencies in ms (tpot_ms: NaN below
+        class_index; user: -1 for none; first_of_user: its closed-loop user's first request), then the derived latencies in ms (tpot_ms: NaN below
         two tokens). summarize() reads these; frame() turns them into the DataFrame."""
         cols = self._rows.columns()
         order = np.argsort(cols["id"], kind="stable")
@@ -62,6 +63,7 @@ class RequestLog:
             "generated_tokens": take("generated_tokens", np.int32), "samples": take("samples", np.int32),
             "preemptions": take("preemptions", np.int32), "recomputed_tokens": take("recomputed_tokens", np.int64),
             "replica": take("replica", np.int16), "user": take("user", np.int64),
+            "first_of_user": take("first_of_user", np.bool_),
         }
         ms = 1e3
         out["ttft_ms"] = (out["first_token_s"] - out["arrival_s"]) * ms

@@ -151,6 +151,23 @@ class RunningSet:
         tick, tick0 = self.tick, self._tick0
         return sum(max(0, r.generated_tokens + tick - tick0[r.id] - r.output_tokens) for r in done)
 
+    def overshoot_blocks(self, done: list[Request]) -> int:
+        """Blocks promised to these finished decoders for the tokens overshoot() drops: the
+        blocks a step promises cover every token it gives, wanted or not (0 at one token a step)."""
+        if self.single:
+            return 0
+        bs, tick, tick0 = self.bs, self.tick, self._tick0
+        total = 0
+        for r in done:
+            if r.id not in tick0:
+                continue
+            gained = tick - tick0[r.id]
+            extra = r.generated_tokens + gained - r.output_tokens
+            if extra > 0:
+                live = r.computed_tokens + gained
+                total += -(-live // bs) - -(-(live - extra) // bs)  # blocks_for(live) - blocks_for(live - extra)
+        return total
+
     def tokens_ahead(self, k: int) -> int:
         """Tokens each decoder gains over the next k decode steps."""
         return k if self.single else self.schedule.ahead(self.steps, k)

@@ -103,8 +103,9 @@ def _range_values(text: str) -> list[float]:
 
 
 def with_users(w, users: int, think_time_s: float | None = None):
-    """The workload with its arrivals replaced by `users` closed-loop users (think time: the
-    workload's own when it is closed-loop, else `think_time_s` or 0 s, exponential)."""
+    """The workload with its arrivals replaced by `users` closed-loop users (think time and
+    ramp: the workload's own when it is closed-loop, else `think_time_s` or 0 s, exponential,
+    and the default ramp)."""
     from capsim.config import validate
     from capsim.workload_schema import WorkloadConfig
 
@@ -112,7 +113,7 @@ def with_users(w, users: int, think_time_s: float | None = None):
     old = data["arrivals"]
     arrivals = {"kind": "closed_loop", "users": int(users)}
     if old.get("kind") == "closed_loop":
-        arrivals.update({k: v for k, v in old.items() if k in ("think_time_s", "think_time_dist")})
+        arrivals.update({k: v for k, v in old.items() if k in ("think_time_s", "think_time_dist", "ramp_s")})
     if think_time_s is not None:
         arrivals["think_time_s"] = think_time_s
     data["arrivals"] = arrivals

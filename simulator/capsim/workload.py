@@ -97,6 +97,7 @@ class ClosedLoopStream:
     def __init__(self, w: WorkloadConfig, sampler: _LengthSampler, rng_think: np.random.Generator) -> None:
         a = w.arrivals
         self.users, self.think_time_s, self.think_time_dist = a.users, a.think_time_s, a.think_time_dist
+        self.ramp_s = a.think_time_s if a.ramp_s is None else a.ramp_s
         self.turns_per_session = a.turns_per_session
         self.max_requests, self.duration_s = w.requests, w.duration_s
         self.class_names, self.class_prefix, self.class_samples = sampler.names, sampler.prefix, sampler.samples
@@ -110,6 +111,10 @@ class ClosedLoopStream:
             n = self.BLOCK if self.max_requests is None else self.max_requests
             self._drawn = tuple(np.concatenate(pair) for pair in zip(self._drawn, self._sampler.draw(n)))
         return int(self._drawn[0][i]), int(self._drawn[1][i]), int(self._drawn[2][i])
+
+    def start_s(self, user: int) -> float:
+        """When a user sends its first request: evenly staggered over [0, ramp_s)."""
+        return user * self.ramp_s / self.users
 
     def think(self) -> float:
         if self.think_time_s == 0:

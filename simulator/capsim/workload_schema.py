@@ -128,6 +128,11 @@ class ClosedLoop(Frozen):
     users: int = Field(gt=0, le=1_000_000)
     think_time_s: TimeS = 0.0
     think_time_dist: Literal["fixed", "exponential"] = "exponential"
+    ramp_s: float | None = Field(
+        None, ge=0, description="users start evenly staggered over [0, ramp_s): user u sends its first request "
+        "at u x ramp_s / users, as a load generator ramps up; default: one mean think time (so 0 without think "
+        "time); 0 starts every user at once"
+    )
     turns_per_session: int = Field(
         1, gt=0, le=10_000, description="multi-turn chats: each turn resends the session's history (earlier prompts and "
         "answers) plus a new message drawn from prompt_tokens; after this many turns the user starts a new session"
