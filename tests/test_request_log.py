@@ -41,11 +41,23 @@ def test_gap_log_takes_first_gaps_from_segment_starts_and_step_gaps_from_the_ste
     g = GapLog()
     g.add_segment(2, (3, 1), first=True)  # start 8: gaps 10 - 8 = 2 (3 of class 0, 1 of class 1), then 3
     g.add_segment(2, (4, 0))  # its first gap recorded elsewhere
-    view = g.view(np.array([10.0, 13.0, 20.0, 25.0]), np.array([8.0, 19.0]), (np.array([0.5]), np.array([6])))
+    view = g.view(np.array([10.0, 13.0, 20.0, 25.0]), np.array([8.0, 19.0]),
+                  (np.array([0.5]), np.array([6]), np.array([14.0])))
     entries = sorted(zip(*(a.tolist() for a in view.arrays())))
     assert entries == [(0.5, 6, 0), (2.0, 1, 1), (2.0, 3, 0), (3.0, 1, 1), (3.0, 3, 0), (5.0, 4, 0)]
     view.CHUNK_SEGMENTS = view.CHUNK_SINGLE = 1
     assert sorted((g, n) for part in view.pieces(1) for g, n in zip(*(a.tolist() for a in part))) == [(2.0, 1), (3.0, 1)]
     with pytest.raises(ValueError):
         g.view(np.array([10.0, 13.0, 20.0, 25.0]))  # first gaps without the start times
+
+
+def test_gaps_in_a_time_window_are_those_that_end_inside_it():
+    # one-off gaps ending at 5 and 12; a segment with ends 10, 13, 17 (gaps ending at 13 and 17)
+    g = GapLog()
+    g.add(1.0, 2, end_s=5.0)
+    g.add(4.0, 1, end_s=12.0)
+    g.add_segment(3, (5,))
+    view = g.view(np.array([10.0, 13.0, 17.0]))
+    inside = sorted((x, n) for part in view.pieces(window=(11.0, 16.0)) for x, n in zip(*(a.tolist() for a in part)))
+    assert inside == [(3.0, 5), (4.0, 1)]
 

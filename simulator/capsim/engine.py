@@ -509,7 +509,7 @@ class Engine:
             counts = self._stale_gaps(rep, end, list(counts))
         for cls, count in enumerate(counts):
             if count:
-                self.gaps.add(end - start, count, cls)
+                self.gaps.add(end - start, count, cls, end)
 
     def _stale_gaps(self, rep: Replica, end: float, counts: list[int]) -> list[int]:
         """Decoders a slow-path step skipped: their own gap since their last token."""
@@ -517,7 +517,7 @@ class Engine:
             req = rep.running.get(rid)
             if req is not None and last is not None:
                 counts[req.class_index] -= 1
-                self.gaps.add(end - last, 1, req.class_index)
+                self.gaps.add(end - last, 1, req.class_index, end)
         rep.stale.clear()
         return counts
 
@@ -531,12 +531,12 @@ class Engine:
                 group[req.class_index] += 1
             else:
                 assert req.last_token_s is not None  # it has its first token
-                self.gaps.add(end - req.last_token_s, 1, req.class_index)
+                self.gaps.add(end - req.last_token_s, 1, req.class_index, end)
             req.last_token_s = end
             req.generated_tokens += 1
         for cls, count in enumerate(group):
             if count:
-                self.gaps.add(end - start, count, cls)
+                self.gaps.add(end - start, count, cls, end)
 
     def _release(self, rep: Replica, done: list[Request], end: float) -> None:
         if done:

@@ -69,7 +69,7 @@ class Gaps:
 
     def __init__(self, single: dict[str, np.ndarray], lengths: np.ndarray, counts: np.ndarray, ends: np.ndarray,
                  firsts: np.ndarray | None = None, starts: np.ndarray | None = None) -> None:
-        """single: gap_s, count, cls of one-off gaps; lengths: steps of each decode segment;
+        """single: gap_s, count, cls, end_s of one-off gaps; lengths: steps of each decode segment;
         counts: its sequences of each class (segments x classes); ends: the segments' end times;
         firsts: segments whose first step's gap (from `starts`, their start times) is theirs too."""
         self._single, self._lengths, self._counts, self._ends = single, lengths, counts, ends
@@ -82,12 +82,16 @@ class Gaps:
         cls = self._single["cls"]
         return max(self._counts.shape[1], int(cls.max()) + 1 if len(cls) else 1)
 
-    def pieces(self, cls: int | None = None):
-        """(gap_s, count) arrays, chunk by chunk, of one class or all; zero counts left out."""
+    def pieces(self, cls: int | None = None, window: tuple[float, float] | None = None):
+        """(gap_s, count) arrays, chunk by chunk, of one class or all; zero counts left out; with
+        `window` (start_s, end_s) only the gaps that end inside it."""
         gap_s, count, single_cls = self._single["gap_s"], self._single["count"], self._single["cls"]
+        end_s = self._single["end_s"]
         for a in range(0, len(gap_s), self.CHUNK_SINGLE):
             part = slice(a, a + self.CHUNK_SINGLE)
             keep = count[part] > 0 if cls is None else single_cls[part] == cls
+            if window is not None:
+                keep &= (end_s[part] >= window[0]) & (end_s[part] <= window[1])
             yield gap_s[part][keep], count[part][keep].astype(np.int64)
         classes = range(self._counts.shape[1]) if cls is None else [cls]
         n = len(self._lengths)
@@ -98,19 +102,22 @@ class Gaps:
             keep = np.ones(max(len(ends) - 1, 0), dtype=bool)
             keep[(np.cumsum(ks) - 1)[:-1]] = False  # the jump from one segment to the next is no gap
             gaps = np.diff(ends)[keep]
+            inside = _within(ends[1:][keep], window)
             # segments whose first gap (start to first end) is theirs: that gap, per segment
             flagged = np.zeros(b - a, dtype=bool) if self._firsts is None else self._firsts[a:b]
-            first_gaps = ends[(self._offsets[a:b] - self._offsets[a])[flagged]] - self._starts[a:b][flagged] \
-                if flagged.any() else np.zeros(0)
+            first_ends = ends[(self._offsets[a:b] - self._offsets[a])[flagged]]
+            first_gaps = first_ends - self._starts[a:b][flagged] if flagged.any() else np.zeros(0)
+            first_inside = _within(first_ends, window)
             for c in classes:
                 if c >= self._counts.shape[1]:
                     continue
                 per_gap = np.repeat(self._counts[a:b, c].astype(np.int64), ks - 1)
-                mask = per_gap > 0
+                mask = (per_gap > 0) & inside
                 yield gaps[mask], per_gap[mask]
                 if len(first_gaps):
                     per_first = self._counts[a:b, c][flagged].astype(np.int64)
-                    yield first_gaps[per_first > 0], per_first[per_first > 0]
+                    mask = (per_first > 0) & first_inside
+                    yield first_gaps[mask], per_first[mask]
 
     def arrays(self, cls: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every (gap_s, count, class) entry at once (small runs and tests)."""
@@ -122,6 +129,13 @@ class Gaps:
             return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int16)
         values, counts, classes = (np.concatenate(p) for p in zip(*parts))
         return values, counts, classes
+
+
+def _within(ends: np.ndarray, window: tuple[float, float] | None) -> np.ndarray | bool:
+    """Which of these end times fall inside the window (every one without a window)."""
+    if window is None:
+        return True
+    return (ends >= window[0]) & (ends <= window[1])
 
 
 def weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
@@ -328,7 +342,7 @@ def summarize(requests: dict[str, np.ndarray], steps: dict, gaps: Gaps, *,
         "percentiles": [percentile_word(q) for q in percentiles],
     })
     if window is not None:
-        s["measurement"] = window.as_dict() | window_counts | {"itl": "every inter-token gap of the run"}
+        s["measurement"] = window.as_dict() | window_counts
     if saturation is not None:
         s["saturated"], s["saturation"] = saturation.saturated, saturation.as_dict()
     s.update(_step_stats(steps, duration_s, peak_flops, bandwidth_bytes_per_s, kv_capacity_tokens, replicas))
@@ -380,7 +394,7 @@ def window_headline(requests: dict[str, np.ndarray], window: Window, gaps: Gaps,
         "total_token_throughput": (out_served + in_served) / span,
     }
     s.update(_goodput(done, len(mine["outcome"]), span, goodput_ms))
-    s.update(latencies(done, gaps, percentiles=percentiles))
+    s.update(latencies(done, gaps, percentiles=percentiles, window=(window.start_s, window.end_s)))
     return s
 
 
@@ -404,12 +418,13 @@ def _rows(columns: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndar
 
 
 def latencies(done: dict[str, np.ndarray], gaps: Gaps, cls: int | None = None,
-              percentiles: tuple[float, ...] = DEFAULT_PERCENTILES) -> dict:
-    """TTFT, TPOT, ITL, E2EL and queueing distributions of completed requests (one class or all)."""
+              percentiles: tuple[float, ...] = DEFAULT_PERCENTILES, window: tuple[float, float] | None = None) -> dict:
+    """TTFT, TPOT, ITL, E2EL and queueing distributions of completed requests (one class or all);
+    ITL over every inter-token gap, or with `window` (start_s, end_s) over the gaps ending in it."""
     tpot = done["tpot_ms"]
     out = distribution(done["ttft_ms"], "ttft", percentiles=percentiles)
     out.update(distribution(tpot[~np.isnan(tpot)], "tpot", percentiles=percentiles))
-    out.update(weighted_distribution(lambda: ((g * 1e3, n) for g, n in gaps.pieces(cls)), "itl", percentiles))
+    out.update(weighted_distribution(lambda: ((g * 1e3, n) for g, n in gaps.pieces(cls, window)), "itl", percentiles))
     out.update(distribution(done["e2el_ms"], "e2el", percentiles=percentiles))
     out.update(distribution(done["queueing_ms"], "queueing", percentiles=percentiles))
     return out
@@ -424,8 +439,9 @@ def per_class(requests: dict[str, np.ndarray], class_names: tuple[str, ...], gap
     for i, name in enumerate(class_names):
         mine = (requests["class_index"] == i) & inside
         done = _rows(requests, mine & completed)
+        span = (window.start_s, window.end_s) if window is not None and window.steady else None
         out[name] = {"arrived": int(mine.sum()), "completed": int(len(done["ttft_ms"]))} | latencies(
-            done, gaps, i, percentiles)
+            done, gaps, i, percentiles, span)
     return out
 
 

@@ -88,14 +88,15 @@ class GapLog:
     order does not matter: statistics over them are order-independent."""
 
     def __init__(self) -> None:
-        self._single = Records(("gap_s", "count", "cls"), ("gap_s",))
+        self._single = Records(("gap_s", "count", "cls", "end_s"), ("gap_s", "end_s"))
         # Per decode segment, one row: its step count (its end times are the StepLog's), 1 if its
         # first gap (from its start, also the StepLog's) is its own, then its sequences per class.
         self._segments: Rows | None = None
 
-    def add(self, gap_s: float, count: int = 1, cls: int = 0) -> None:
+    def add(self, gap_s: float, count: int = 1, cls: int = 0, end_s: float = 0.0) -> None:
+        """`count` sequences of class `cls` each saw a gap of gap_s, ending at end_s."""
         if count:
-            self._single.add((gap_s,), (count, cls))
+            self._single.add((gap_s, end_s), (count, cls))
 
     def add_segment(self, k: int, counts: tuple[int, ...], first: bool = False) -> None:
         """The gaps between the ends of a k-step decode segment (recorded in the StepLog, in the
@@ -106,16 +107,17 @@ class GapLog:
         self._segments.add((k, 1 if first else 0, *counts))
 
     def view(self, segment_ends: np.ndarray | None = None, segment_starts: np.ndarray | None = None,
-             step_gaps: tuple[np.ndarray, np.ndarray] | None = None) -> Gaps:
+             step_gaps: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> Gaps:
         """The gaps, read chunk by chunk. From the StepLog: its flat segment end times, its
-        segments' start times (for segments added with `first`) and the (gap_s, count) pairs its
-        single steps carry (class 0: the engine leaves them there with one class only)."""
+        segments' start times (for segments added with `first`) and the (gap_s, count, end_s)
+        entries its single steps carry (class 0: the engine leaves them there with one class only)."""
         single = self._single.columns()
         if step_gaps is not None and len(step_gaps[0]):
-            gap_s, count = step_gaps
+            gap_s, count, end_s = step_gaps
             single = {"gap_s": np.concatenate((single["gap_s"], gap_s)),
                       "count": np.concatenate((single["count"], count)),
-                      "cls": np.concatenate((single["cls"], np.zeros(len(gap_s), dtype=single["cls"].dtype)))}
+                      "cls": np.concatenate((single["cls"], np.zeros(len(gap_s), dtype=single["cls"].dtype))),
+                      "end_s": np.concatenate((single["end_s"], end_s))}
         segments = self._segments.matrix() if self._segments is not None else np.zeros((0, 3), dtype=np.int32)
         lengths, firsts, counts = segments[:, 0].astype(np.int64), segments[:, 1].astype(bool), segments[:, 2:]
         if firsts.any() and segment_starts is None:

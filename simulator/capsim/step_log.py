@@ -179,12 +179,12 @@ class StepLog:
         self._residues.add(residues or self._no_residues)
         self.rows += k
 
-    def decoder_gaps(self) -> tuple[np.ndarray, np.ndarray]:
-        """(gap_s, count) of the inter-token gaps single steps carry: each step's duration,
-        shared by its `emitters` (GapLog.view takes them with the rest)."""
+    def decoder_gaps(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(gap_s, count, end_s) of the inter-token gaps single steps carry: each step's duration,
+        shared by its `emitters`, ending with the step (GapLog.view takes them with the rest)."""
         single = self._single.columns()
         carried = single["emitters"] > 0
-        return single["duration_s"][carried], single["emitters"][carried]
+        return single["duration_s"][carried], single["emitters"][carried], single["end_s"][carried]
 
     @property
     def segment_starts(self) -> np.ndarray:
