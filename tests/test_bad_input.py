@@ -344,3 +344,14 @@ def test_a_dask_address_that_is_a_web_server_or_another_service_fails_within_the
         for server in (web, junk):
             server.shutdown()
             server.server_close()
+
+
+def test_users_that_could_only_resend_rejected_requests_for_ever_are_refused(tmp_path):
+    # closed loop, no think time, duration-bound, every request over max_model_len: before, the users
+    # resent at the same instant for ever (the run never ended)
+    w = {"model": "llama-3.1-8b", "gpu": "h100-sxm", "max_model_len": 1000, "duration_s": 10,
+         "arrivals": {"kind": "closed_loop", "users": 2, "think_time_s": 0},
+         "prompt_tokens": {"dist": "fixed", "value": 900}, "output_tokens": {"dist": "uniform", "min": 200, "max": 300}}
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump(w))
+    clean_error(run_main("run", path), "every request is at least 1,100 tokens", "max_model_len 1,000")

@@ -46,7 +46,7 @@ from capsim.speculative import TokenSchedule
 from capsim.steady import Window, choose_window, saturation
 from capsim.step_log import STEP_COLUMNS, step_totals
 from capsim.verdict import judge
-from capsim.workload import build_stream, check_memory, with_paths_from
+from capsim.workload import build_stream, check_memory, shortest_request_tokens, with_paths_from
 from capsim.workload_schema import WorkloadConfig
 
 if TYPE_CHECKING:
@@ -192,6 +192,7 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
     if max_model_len > model.max_context_tokens:
         raise CapsimError(f"{source}: field 'max_model_len' is {max_model_len:,}, above {model.name}'s context length of "
                           f"{model.max_context_tokens:,} tokens; give at most that (or leave it out to use it).")
+    _check_some_request_fits(w, max_model_len, source)
     budget = sched.max_num_batched_tokens
     if budget is None:
         budget = 2048 if sched.kind == "chunked" else max(max_model_len, 2048)
@@ -273,6 +274,20 @@ def with_engine_defaults(w: WorkloadConfig, engine: EngineProfile | None, hardwa
     if "gpu_memory_utilization" not in w.model_fields_set:
         update["gpu_memory_utilization"] = engine.gpu_memory_utilization
     return w.model_copy(update=update)
+
+
+def _check_some_request_fits(w: WorkloadConfig, max_model_len: int, source: str) -> None:
+    """Closed-loop users with no think time and only a duration to stop them would resend rejected
+    requests at the same instant for ever if every request is over max_model_len: refuse that."""
+    a = w.arrivals
+    if a.kind != "closed_loop" or a.think_time_s > 0 or w.requests is not None:
+        return
+    shortest = shortest_request_tokens(w)
+    if shortest is not None and shortest > max_model_len:
+        raise CapsimError(
+            f"{source}: every request is at least {shortest:,} tokens (prompt + output), over max_model_len "
+            f"{max_model_len:,}, so every one is rejected; with think_time_s 0 and no 'requests' count the users would "
+            "resend them for ever at the same instant. Shorten the lengths, raise max_model_len, or give 'requests'.")
 
 
 def _check_tp(model: C.ModelSpec, tp: int, source: str) -> None:

@@ -124,6 +124,30 @@ class ClosedLoopStream:
         return float(self._think_rng.exponential(self.think_time_s))
 
 
+def shortest_request_tokens(w: WorkloadConfig) -> int | None:
+    """The fewest tokens (shared prefix + prompt + output) any request of the workload can have, or
+    None when its lengths come from a trace (not known before reading it)."""
+    specs = [(c.prompt_tokens, c.output_tokens, c.split,
+              w.shared_prefix_tokens if c.shared_prefix_tokens is None else c.shared_prefix_tokens)
+             for c in w.classes] if w.classes else [(w.prompt_tokens, w.output_tokens, w.split, w.shared_prefix_tokens)]
+    shortest = []
+    for prompt, output, split, prefix in specs:
+        parts = [split.total_tokens] if split is not None else [prompt, output]
+        if any(p.dist == "trace" for p in parts):
+            return None
+        shortest.append(prefix + sum(_least(p) for p in parts))
+    return min(shortest)
+
+
+def _least(spec) -> int:
+    """The smallest count a length distribution draws."""
+    if spec.dist == "fixed":
+        return spec.value
+    if spec.dist in ("sequence", "empirical"):
+        return min(spec.values)
+    return max(spec.min, 1)
+
+
 def sample_lengths(spec, n: int, rng: np.random.Generator, at_least: int = 1) -> np.ndarray:
     """n token counts (int64) from a length distribution; a continuous one is rounded and clipped
     to [max(min, at_least), max], or to limits.MAX_TOKENS without a max."""
