@@ -21,34 +21,23 @@ import os
 import shutil
 import sys
 import sysconfig
+from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
-# The modules every simulated step runs through. They must type-check under mypy: mypyc trusts
-# the annotations and checks them at run time (a float passed where `int` is declared raises).
-# capsim.metrics is left out: compiled, its chunked summary of a large run kept chunks alive
-# (1M requests peaked at 1.6 GiB instead of 0.8). The records it reads are written by
-# capsim.request_log, which is compiled: interpreted, those writes were about 12% of Engine.run's
-# instructions, and compiling them took 5% off the run (benchmarks/instructions.py).
-# After changing this list, delete build/: setuptools ships the compiled modules it finds there.
-COMPILED = [
-    "simulator/capsim/arrivals.py",
-    "simulator/capsim/cost_model.py",
-    "simulator/capsim/engine.py",
-    "simulator/capsim/kv_cache.py",
-    "simulator/capsim/outcomes.py",
-    "simulator/capsim/plan.py",
-    "simulator/capsim/rates.py",
-    "simulator/capsim/replica.py",
-    "simulator/capsim/request.py",
-    "simulator/capsim/request_log.py",
-    "simulator/capsim/running.py",
-    "simulator/capsim/schedulers.py",
-    "simulator/capsim/speculative.py",
-    "simulator/capsim/step_log.py",
-]
+# The engine: every module of these packages, the code each simulated step runs through. They must
+# type-check under mypy: mypyc trusts the annotations and checks them at run time (a float passed
+# where `int` is declared raises).
+COMPILED_PACKAGES = ("core", "cost", "sim")
+# ...except sim/clock.py, which extends SimPy's Python classes (a compiled class cannot).
+PLAIN = ("simulator/capsim/sim/clock.py",)
+COMPILED = sorted(
+    path.as_posix() for package in COMPILED_PACKAGES for path in Path("simulator/capsim", package).glob("*.py")
+    if path.name != "__init__.py" and path.as_posix() not in PLAIN
+)
+# After changing the compiled set, delete build/: setuptools ships the compiled modules it finds there.
 # numpy, SimPy and pydantic are not in the build environment: mypyc treats their values as
 # untyped objects. Other capsim modules are read for their types but not compiled.
 MYPY_FLAGS = ["--ignore-missing-imports", "--follow-imports=silent"]

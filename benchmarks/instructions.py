@@ -25,8 +25,8 @@ from pathlib import Path
 from capsim.compiled import is_compiled
 
 ROOT = Path(__file__).resolve().parent.parent
-ENGINE_RUN = "CPyDef_engine___Engine___run"  # the C function mypyc makes of capsim.engine.Engine.run
-CHILD = ("import json, sys; from capsim.simulation import simulate; "
+ENGINE_RUN = "CPyDef_engine___Engine___run"  # the C function mypyc makes of capsim.sim.engine.Engine.run
+CHILD = ("import json, sys; from capsim.api import simulate; "
          "simulate(sys.argv[1], requests=int(sys.argv[2]), **json.loads(sys.argv[3]))")
 
 

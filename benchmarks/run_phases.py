@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = r"""
 import json, os, sys, time
 stamps = {"start": time.time()}
-import capsim.cli as cli
-import capsim.simulation as simulation
+import capsim.cli.app as cli
+import capsim.api as simulation
 stamps["imported"] = time.time()
 def timed(fn, start, end):
     def call(*args, **kwargs):

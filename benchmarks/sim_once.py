@@ -2,7 +2,7 @@
 
     python benchmarks/sim_once.py '{"workload": "workloads/bench-10k.yaml", "overrides": {}, "macro_steps": true}'
 
-Prints one JSON line: import_s (importing capsim.simulation: numpy, SimPy, pydantic), sim_s (the
+Prints one JSON line: import_s (importing capsim.api: numpy, SimPy, pydantic), sim_s (the
 simulate() call alone: workload, engine run, result columns and summary), the run's request and
 step counts, events (RunResult.events: the engine's waits and arrival events; None from versions
 before it, which benchmarks/compare.py may run) and where capsim was imported from. Peak RSS is
@@ -30,7 +30,7 @@ def _digest(result) -> str:
 
 def main(spec: dict) -> dict:
     start = time.perf_counter()
-    from capsim.simulation import simulate
+    from capsim.api import simulate
 
     imported = time.perf_counter()
     result = simulate(spec["workload"], macro_steps=spec.get("macro_steps", True), **spec.get("overrides", {}))

@@ -45,7 +45,7 @@ def main(argv=None) -> None:
     p.add_argument("--top", type=int, default=15, help="functions to list by own time (default 15)")
     args = p.parse_args(argv)
     from capsim.errors import CapsimError
-    from capsim.simulation import simulate
+    from capsim.api import simulate
 
     overrides = {"requests": args.requests} if args.requests else {}
     try:

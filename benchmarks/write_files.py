@@ -30,8 +30,8 @@ def main(argv=None) -> int:
         return 1
 
     import pandas as pd
-    from capsim.metrics import BOUND_NAMES
-    from capsim.simulation import simulate
+    from capsim.results.summary import BOUND_NAMES
+    from capsim.api import simulate
 
     result = simulate(path)
     steps = result.steps.copy()

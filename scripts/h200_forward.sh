@@ -27,7 +27,7 @@ gpu="$("$PY" -c 'import json, os; print(json.load(open(os.environ["OUT"] + "/for
 gpus=(--gpu "$gpu")
 if [ -f "hardware_profiles/$gpu.calibrated.yaml" ]; then gpus+=(--gpu "$gpu.calibrated"); fi
 export PYTHONPATH="$repo/simulator${PYTHONPATH:+:$PYTHONPATH}"
-if "$PY" -c "import capsim.forward_check" 2>/dev/null; then
+if "$PY" -c "import capsim.validation.forward" 2>/dev/null; then
     "$PY" -m capsim calibrate "${raw[@]}" "${gpus[@]}" --out "$OUT"
 else
     echo "comparison not run here (capsim's dependencies, e.g. pydantic, are missing); on a machine with capsim:"

@@ -4,8 +4,8 @@ scheduler factories with keyword defaults, and a tiny model."""
 from __future__ import annotations
 
 import pytest
-from capsim.config import HardwareProfile, ModelSpec
-from capsim.request import Request
+from capsim.spec.config import HardwareProfile, ModelSpec
+from capsim.core.request import Request
 from hypothesis import settings
 
 # `pytest --hypothesis-profile=long`: every property test that does not fix its own number of
@@ -60,13 +60,13 @@ def decoding(prompt: int = 10, output: int = 5, generated: int = 1, **kw) -> Req
 
 def make_scheduler(kind: str = "continuous", *, max_num_seqs: int = 4, max_num_batched_tokens: int = 1000,
                    max_model_len: int = 1000):
-    from capsim.schedulers import SCHEDULERS
+    from capsim.sim.schedulers import SCHEDULERS
 
     return SCHEDULERS[kind](max_num_seqs, max_num_batched_tokens, max_model_len)
 
 
 def make_paged(num_blocks: int = 100, block_size: int = 4, watermark: int = 0):
-    from capsim.kv_cache import PagedAllocator
+    from capsim.sim.kv_cache import PagedAllocator
 
     return PagedAllocator(num_blocks, block_size, watermark)
 
@@ -83,8 +83,8 @@ def round_gpu_file(tmp_path):
 
 def workload(gpu: str, **fields):
     """A validated WorkloadConfig on the tiny model with small defaults; keywords override."""
-    from capsim.config import validate
-    from capsim.workload_schema import WorkloadConfig
+    from capsim.spec.config import validate
+    from capsim.workload.schema import WorkloadConfig
 
     data = {
         "model": dict(TINY_MODEL), "gpu": gpu, "weights": "fp16", "kv_cache": "fp16",
@@ -129,7 +129,7 @@ def write_workload(path, w) -> str:
 
 def running_set(*reqs, block_size: int = 4, window: int = 0):
     """A RunningSet holding these requests in this (admission) order."""
-    from capsim.running import RunningSet
+    from capsim.sim.running import RunningSet
 
     rs = RunningSet(block_size, window)
     for r in reqs:
@@ -142,7 +142,7 @@ def run_cli(capsys, monkeypatch):
     """capsim's main() in this process: (exit code, stdout, stderr), on a 200-column console."""
     import sys
 
-    from capsim.cli import err, main, out
+    from capsim.cli.app import err, main, out
 
     monkeypatch.setattr(out, "width", 200)
     monkeypatch.setattr(err, "width", 200)
@@ -161,12 +161,12 @@ def run_cli(capsys, monkeypatch):
 
 
 def run_main(*args) -> tuple[int, str, str]:
-    """`capsim ARGS` through capsim.cli.main in this process: (exit status, stdout, stderr)."""
+    """`capsim ARGS` through capsim.cli.app.main in this process: (exit status, stdout, stderr)."""
     import contextlib
     import io
     import sys
 
-    from capsim.cli import main
+    from capsim.cli.app import main
 
     out, err = io.StringIO(), io.StringIO()
     argv = sys.argv

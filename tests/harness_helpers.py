@@ -67,8 +67,8 @@ def run_with_sitecustomize(tmp_path: Path, source: str, args: list[str], env: di
 def run_triton_cases() -> list[dict]:
     """Each case's max abs error against the float64 reference, computed under the interpreter."""
     assert os.environ.get("TRITON_INTERPRET") == "1", "set TRITON_INTERPRET=1 before importing triton"
-    from capsim.harness.kernels_torch import make_paged_inputs, reference_decode
-    from capsim.harness.kernels_triton import SplitPlan, paged_decode_triton
+    from capsim.harness.kernels.torch_ref import make_paged_inputs, reference_decode
+    from capsim.harness.kernels.triton import SplitPlan, paged_decode_triton
 
     out = []
     for name, lens, hq, hkv, dim, block, qd, kvd, partition in TRITON_CASES:

@@ -6,15 +6,15 @@ Every expected number is written out from the model's config.json so a reader ca
 from __future__ import annotations
 
 import pytest
-from capsim.architecture import (
+from capsim.spec.architecture import (
     kv_bytes_for_context,
     kv_bytes_per_token,
     kv_values_per_token,
     param_counts,
     state_bytes_per_sequence,
 )
-from capsim.catalog import load_model, model_catalog
-from capsim.formats import get_format
+from capsim.spec.catalog import load_model, model_catalog
+from capsim.spec.formats import get_format
 
 FP16 = 2  # bytes per value
 GIB = 2**30

@@ -1,4 +1,4 @@
-"""Hostile and careless input through the real command line (capsim.cli.main, in this process):
+"""Hostile and careless input through the real command line (capsim.cli.app.main, in this process):
 every example gives a clean error (exit 2, one short paragraph naming the file and field, no
 traceback) or a correct result. The fuzzer (test_fuzz_cli.py) covers the classes at random."""
 
@@ -116,7 +116,7 @@ def test_absurdly_long_names_and_paths_are_quoted_short(tmp_path):
 
 
 def test_request_counts_beyond_memory_are_refused_with_an_estimate(tmp_path, monkeypatch):
-    from capsim import limits
+    from capsim.spec import limits
 
     monkeypatch.setattr(limits, "available_memory_bytes", lambda: 16 * 2**30)
     clean_error(run_main("run", "workloads/chat.yaml", "--requests", "1000000000000"),
@@ -323,9 +323,9 @@ def test_a_dask_address_that_is_a_web_server_or_another_service_fails_within_the
     import socketserver
     import threading
 
-    import capsim.parallel
+    import capsim.planning.parallel
 
-    monkeypatch.setattr(capsim.parallel, "DASK_CONNECT_TIMEOUT_S", 1)
+    monkeypatch.setattr(capsim.planning.parallel, "DASK_CONNECT_TIMEOUT_S", 1)
     web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
 
     class Junk(socketserver.BaseRequestHandler):

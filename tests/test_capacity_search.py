@@ -3,9 +3,9 @@
 import math
 
 import pytest
-from capsim.capacity_search import Search, capacity, probe_requests
+from capsim.planning.capacity import Search, capacity, probe_requests
 from capsim.errors import CapsimError
-from capsim.slo import Objectives, parse_objectives
+from capsim.results.slo import Objectives, parse_objectives
 from conftest import unit_workload
 
 

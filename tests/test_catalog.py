@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from capsim.catalog import hardware_catalog, load_hardware, load_model, model_catalog
+from capsim.spec.catalog import hardware_catalog, load_hardware, load_model, model_catalog
 from capsim.errors import CapsimError
 
 GIB = 2**30

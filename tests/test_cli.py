@@ -112,28 +112,28 @@ def test_unknown_option_is_a_usage_error_not_a_traceback():
 def test_run_draws_a_progress_bar_on_a_terminal_only(monkeypatch):
     import io
 
-    import capsim.cli
-    import capsim.engine
+    import capsim.cli.app
+    import capsim.sim.engine
     from rich.console import Console
     from typer.testing import CliRunner
 
-    monkeypatch.setattr(capsim.engine, "PROGRESS_EVERY", 8)
+    monkeypatch.setattr(capsim.sim.engine, "PROGRESS_EVERY", 8)
     screen = io.StringIO()
-    monkeypatch.setattr(capsim.cli, "err", Console(file=screen, force_terminal=True, width=100))
-    result = CliRunner().invoke(capsim.cli.app, ["run", str(ROOT / "workloads/chat.yaml"), "--requests", "200"])
+    monkeypatch.setattr(capsim.cli.app, "err", Console(file=screen, force_terminal=True, width=100))
+    result = CliRunner().invoke(capsim.cli.app.app, ["run", str(ROOT / "workloads/chat.yaml"), "--requests", "200"])
     assert result.exit_code == 0 and "Successful requests:" in result.output
     assert "chat.yaml, requests finished" in screen.getvalue() and "/200" in screen.getvalue()
     screen.seek(0), screen.truncate()
-    monkeypatch.setattr(capsim.cli, "err", Console(file=screen, force_terminal=False))
-    assert CliRunner().invoke(capsim.cli.app, ["run", str(ROOT / "workloads/chat.yaml"), "--requests", "200"]).exit_code == 0
+    monkeypatch.setattr(capsim.cli.app, "err", Console(file=screen, force_terminal=False))
+    assert CliRunner().invoke(capsim.cli.app.app, ["run", str(ROOT / "workloads/chat.yaml"), "--requests", "200"]).exit_code == 0
     assert screen.getvalue() == ""  # not a terminal: no bar
 
 
 # `capsim run` whose simulation says on stderr when it starts (so the test needs no timer).
 _ANNOUNCING_RUN = """
 import contextlib, sys
-import capsim.simulation, capsim.cli
-paused = capsim.simulation._collector_paused
+import capsim.api, capsim.cli.app
+paused = capsim.api._collector_paused
 
 @contextlib.contextmanager
 def announced():
@@ -141,9 +141,9 @@ def announced():
     with paused():
         yield
 
-capsim.simulation._collector_paused = announced
+capsim.api._collector_paused = announced
 sys.argv = ["capsim", *sys.argv[1:]]
-capsim.cli.console_main()
+capsim.cli.app.console_main()
 """
 
 

@@ -1,8 +1,8 @@
-"""capsim.clock: SimPy events at exact absolute times, in SimPy's order."""
+"""capsim.sim.clock: SimPy events at exact absolute times, in SimPy's order."""
 
 from __future__ import annotations
 
-from capsim.clock import At, Environment
+from capsim.sim.clock import At, Environment
 
 
 def test_events_fire_at_their_absolute_time_in_priority_then_creation_order():

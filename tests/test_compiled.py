@@ -38,7 +38,7 @@ SCRIPT = """
 import hashlib, json, sys
 import pandas as pd
 from capsim.compiled import is_compiled
-from capsim.simulation import simulate
+from capsim.api import simulate
 
 runs = []
 for workload, overrides, macro_steps in json.loads(sys.argv[1]):
@@ -84,7 +84,7 @@ def test_compiled_engine_gives_every_record_plain_python_gives():
 
 
 def test_pure_python_switch_loads_the_engines_source_files():
-    script = "import json, capsim.engine, capsim.compiled as c; print(json.dumps([capsim.engine.__file__, c.is_compiled()]))"
+    script = "import json, capsim.sim.engine, capsim.compiled as c; print(json.dumps([capsim.sim.engine.__file__, c.is_compiled()]))"
     source, compiled = _run(True, script)
-    assert source.endswith(os.path.join("capsim", "engine.py"))
+    assert source.endswith(os.path.join("capsim", "sim", "engine.py"))
     assert compiled is False

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from capsim.confidence import aggregate, interval, run_seeds, t_quantile_975
+from capsim.planning.seeds import aggregate, interval, run_seeds, t_quantile_975
 from capsim.errors import CapsimError
 from conftest import workload
 

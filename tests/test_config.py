@@ -1,9 +1,9 @@
 """YAML reading and error reporting: file, line, field, what is allowed."""
 
 import pytest
-from capsim.config import HardwareProfile, load_yaml_as, read_yaml
+from capsim.spec.config import HardwareProfile, load_yaml_as, read_yaml
 from capsim.errors import CapsimError
-from capsim.workload_schema import WorkloadConfig
+from capsim.workload.schema import WorkloadConfig
 
 
 def test_yaml_syntax_error_names_file_line_and_column(tmp_path):

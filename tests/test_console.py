@@ -1,7 +1,7 @@
 """Text rendering of results and tables."""
 
-from capsim.console import csv_table, markdown_table, result_block
-from capsim.simulation import simulate
+from capsim.report.console import csv_table, markdown_table, result_block
+from capsim.api import simulate
 from conftest import workload
 
 

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-from capsim.config import ModelSpec
-from capsim.cost_model import CostModel, DocumentAssumptions
-from capsim.formats import get_format
-from capsim.plan import StepPlan
+from capsim.spec.config import ModelSpec
+from capsim.cost.roofline import CostModel, DocumentAssumptions
+from capsim.spec.formats import get_format
+from capsim.core.plan import StepPlan
 from conftest import TINY_MODEL, decoding, make_request
 
 FP16 = get_format("fp16")
@@ -60,7 +60,7 @@ def test_scalar_and_vector_decode_times_are_bit_identical(tiny_model, round_gpu)
 
 
 def test_document_mode_reproduces_the_note():
-    from capsim.catalog import load_hardware, load_model
+    from capsim.spec.catalog import load_hardware, load_model
 
     doc = DocumentAssumptions(weight_bytes=17e9, flops_per_token=54e9, peak_flops=165e12, bandwidth_bytes_per_s=1008e9)
     cm = CostModel(load_model("qwen3.5-27b"), load_hardware("rtx4090"), get_format("q4_k_m"), FP16,
@@ -166,7 +166,7 @@ def test_attention_for_one_step_and_for_many_steps_is_bit_identical(tiny_model, 
 
 
 def test_engine_and_tp_keep_scalar_and_vector_decode_times_bit_identical(tiny_model, round_gpu):
-    from capsim.engines import load_engine
+    from capsim.spec.serving import load_engine
 
     gpu = _linked(round_gpu).model_copy(update={"overhead": round_gpu.overhead.model_copy(
         update={"kernel_s": 2e-6, "launch_gap_s": 1e-6, "attention_seq_s": 3e-8})})
@@ -185,7 +185,7 @@ def test_decode_ends_sum_each_steps_decode_seconds_in_order(tiny_model, round_gp
     """Every path of decode_ends (the loops with and without sliding layers, given offsets, numpy
     for long runs) ends where adding up decode_seconds one step at a time does, to the bit, and
     stops after the first step ending at or after `until`."""
-    import capsim.cost_model as cost_model
+    import capsim.cost.roofline as cost_model
 
     cm = _cm(tiny_model, round_gpu)
     n, ctx_full0, now = 3, 500, 1.0
@@ -204,8 +204,8 @@ def test_decode_ends_sum_each_steps_decode_seconds_in_order(tiny_model, round_gp
 
 
 def test_explain_shows_the_terms_of_the_priced_step(tiny_model, round_gpu):
-    from capsim import explain
-    from capsim.engines import load_engine
+    from capsim.report import explain
+    from capsim.spec.serving import load_engine
 
     cm = CostModel(tiny_model, _linked(round_gpu), FP16, FP16, engine=load_engine("vllm"), tp=2)
     dec = explain.decode_step(cm, 8, 100)

@@ -1,7 +1,7 @@
 """$ per 1M tokens and where the GPU-hour price comes from."""
 
 import pytest
-from capsim.costs import parse_prices, price_for, usd_per_million_tokens
+from capsim.results.cost import parse_prices, price_for, usd_per_million_tokens
 from capsim.errors import CapsimError
 
 
@@ -42,7 +42,7 @@ def test_bad_prices(texts, fragment):
 def test_a_deployment_pays_for_every_gpu(priced_gpu_file):
     # unit mode: every step takes 10 ms whatever the tensor parallelism, so TP 2 serves the same
     # tokens/s as TP 1 on twice the GPUs: twice the $/hour and twice the $ per token
-    from capsim.simulation import simulate
+    from capsim.api import simulate
     from conftest import unit_workload
 
     w = unit_workload(priced_gpu_file, requests=200)
@@ -61,7 +61,7 @@ def test_a_deployment_pays_for_every_gpu(priced_gpu_file):
 def test_the_cost_counts_tp_for_a_real_model():
     # Llama-3.1-8B on H100s: TP 2 holds two GPUs, so its hour costs twice TP 1's (the per-token
     # figure is that, over whatever throughput TP 2 reaches at the same offered load)
-    from capsim.simulation import simulate
+    from capsim.api import simulate
 
     one, two = (simulate("workloads/chat.yaml", gpu="h100-sxm", requests=200, tp=tp).summary for tp in (1, 2))
     assert two["usd_per_hour"] == pytest.approx(2 * one["usd_per_hour"])

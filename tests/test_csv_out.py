@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from capsim import csv_out
-from capsim.csv_out import Labels, MaybeInts, as_dataframe, write_table
-from capsim.metrics import BOUND_NAMES
+from capsim.results import csv_out
+from capsim.results.csv_out import Labels, MaybeInts, as_dataframe, write_table
+from capsim.results.summary import BOUND_NAMES
 
 
 def _both(table: dict, **as_frame) -> tuple[str, str]:
@@ -91,7 +91,7 @@ def test_empty_tables_match():
 
 
 def test_a_runs_files_are_what_pandas_writes_for_its_tables(tmp_path):
-    from capsim.simulation import simulate
+    from capsim.api import simulate
 
     result = simulate(Path(__file__).resolve().parents[1] / "workloads" / "chat.yaml", requests=300)
     _, requests_csv, steps_csv = result.write(tmp_path)

@@ -1,9 +1,9 @@
 """The batch figure's data: a dense version of the note's table that passes through its rows."""
 
 import pytest
-from capsim.curves import batch_curves
+from capsim.reference.curves import batch_curves
 from capsim.errors import CapsimError
-from capsim.tables import TableSetup, batch_table
+from capsim.reference.tables import TableSetup, batch_table
 
 
 @pytest.mark.parametrize("setup", [TableSetup(), TableSetup(context_tokens=8192), TableSetup(gpu="h100", model="llama-3.1-8b")])

@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from capsim.dask_probe import probe
+from capsim.planning.dask_probe import probe
 from capsim.errors import CapsimError
 
 

@@ -4,7 +4,7 @@ to step-by-step, accounting, determinism."""
 
 import numpy as np
 import pytest
-from capsim.simulation import simulate
+from capsim.api import simulate
 from conftest import workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -279,8 +279,8 @@ def test_chunked_prefill_protects_chatters_from_a_100k_prompt(tmp_path):
     rows.sort()
     (tmp_path / "trace.csv").write_text(
         "arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{t},{p},{o}\n" for t, p, o in rows))
-    from capsim.config import validate
-    from capsim.workload_schema import WorkloadConfig
+    from capsim.spec.config import validate
+    from capsim.workload.schema import WorkloadConfig
 
     w = validate(WorkloadConfig, {
         "model": "llama-3.1-8b", "gpu": "h100-sxm", "weights": "bf16", "max_model_len": 131072,
@@ -295,9 +295,9 @@ def test_chunked_prefill_protects_chatters_from_a_100k_prompt(tmp_path):
 
 
 def test_progress_reports_finished_requests_and_changes_nothing(round_gpu_file, monkeypatch):
-    import capsim.engine
+    import capsim.sim.engine
 
-    monkeypatch.setattr(capsim.engine, "PROGRESS_EVERY", 7)
+    monkeypatch.setattr(capsim.sim.engine, "PROGRESS_EVERY", 7)
     w = workload(round_gpu_file, requests=300)
     calls = []
     with_progress = simulate(w, progress=lambda done, total: calls.append((done, total)))

@@ -22,9 +22,9 @@ and think times tie often, which is where orderings differ if anything does.
 
 import numpy as np
 import pytest
-from capsim.engine import Engine
-from capsim.simulation import build_replica, resolve, simulate
-from capsim.workload import build_stream
+from capsim.sim.engine import Engine
+from capsim.api import build_replica, resolve, simulate
+from capsim.workload.streams import build_stream
 from conftest import TINY_MODEL, workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

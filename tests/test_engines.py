@@ -2,12 +2,12 @@
 workload is silent, and the engine terms the cost model adds (host time, kernels, graphs)."""
 
 import pytest
-from capsim.catalog import load_hardware, load_model
-from capsim.cost_model import CostModel
-from capsim.engines import EngineProfile, engine_catalog, load_engine
+from capsim.spec.catalog import load_hardware, load_model
+from capsim.cost.roofline import CostModel
+from capsim.spec.serving import EngineProfile, engine_catalog, load_engine
 from capsim.errors import CapsimError
-from capsim.formats import get_format
-from capsim.simulation import resolve
+from capsim.spec.formats import get_format
+from capsim.api import resolve
 from conftest import workload
 
 ENGINE_FIELDS_WITH_NUMBERS = ("scheduler", "overhead", "kernels_per_layer", "kernel_efficiency", "memory")
@@ -118,7 +118,7 @@ def test_fp16_accumulate_engines_get_the_geforce_fp16_accumulate_peak():
 
 
 def test_macro_steps_equal_step_by_step_with_an_engine_and_tp(round_gpu_file):
-    from capsim.simulation import simulate
+    from capsim.api import simulate
 
     w = workload(round_gpu_file, engine="vllm@0.6-ms10", tp=2, requests=30,
                  scheduler={"kind": "continuous", "max_num_seqs": 8, "block_size": 4})

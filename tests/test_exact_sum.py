@@ -1,11 +1,11 @@
-"""Exactly rounded sums (capsim.exact_sum) against math.fsum, to the bit."""
+"""Exactly rounded sums (capsim.results.exact_sum) against math.fsum, to the bit."""
 
 import math
 
 import numpy as np
 import pytest
-from capsim import exact_sum as es
-from capsim.exact_sum import ExactSum, exact_sum
+from capsim.results import exact_sum as es
+from capsim.results.exact_sum import ExactSum, exact_sum
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -2,11 +2,11 @@
 parallel sampling, swap preemption, replicas behind a router)."""
 
 import pytest
-from capsim.cost_model import CostModel
-from capsim.formats import get_format
-from capsim.plan import StepPlan
-from capsim.request import Request
-from capsim.simulation import simulate
+from capsim.cost.roofline import CostModel
+from capsim.spec.formats import get_format
+from capsim.core.plan import StepPlan
+from capsim.core.request import Request
+from capsim.api import simulate
 from conftest import workload
 
 

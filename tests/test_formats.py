@@ -2,7 +2,7 @@
 
 import pytest
 from capsim.errors import CapsimError
-from capsim.formats import FORMATS, get_format
+from capsim.spec.formats import FORMATS, get_format
 
 
 @pytest.mark.parametrize("name, bits", [

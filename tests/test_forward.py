@@ -33,7 +33,7 @@ def tiny_yaml(tmp_path_factory):
 @pytest.fixture(scope="module")
 def cli_run(tiny_yaml, tmp_path_factory):
     """The CI command itself: `capsim calibrate --forward MODEL --device cpu --tiny`."""
-    from capsim.cli import app
+    from capsim.cli.app import app
     from typer.testing import CliRunner
 
     out = tmp_path_factory.mktemp("forward")
@@ -48,7 +48,7 @@ def _rows(path):
 
 
 def test_every_planned_step_is_measured_with_its_full_shape(cli_run):
-    from capsim.forward_check import ROW_FIELDS
+    from capsim.validation.forward import ROW_FIELDS
     from capsim.harness.forward_grid import forward_grid, plan_steps
 
     _, out = cli_run
@@ -79,7 +79,7 @@ def test_the_cli_compares_and_writes_the_table(cli_run):
 
 
 def test_the_comparison_reads_the_raw_file_back_for_several_profiles(cli_run):
-    from capsim.forward_check import check_forward
+    from capsim.validation.forward import check_forward
 
     report = check_forward([cli_run[1] / "forward-tiny-llama.jsonl"], ["h200", "h200.calibrated"], engine="vllm")
     assert len(report.steps) == 2 * 12
@@ -105,8 +105,8 @@ def test_a_step_is_priced_as_a_hand_calculation_of_the_measured_slice(tmp_path):
     """Round GPU (1 TB/s, 10 TFLOP/s fp32, 100 TFLOP/s fp16, efficiencies 1, no overheads); 2 layers of
     16M parameters (4M attention + 12M gated MLP) and a 1M LM head, fp32: 33M x 4 B = 132 MB of weights.
     KV: 2 layers x 2 x 10 heads x 100 x 4 B = 16,000 B per token."""
-    from capsim.catalog import load_hardware
-    from capsim.forward_check import predict_s
+    from capsim.spec.catalog import load_hardware
+    from capsim.validation.forward import predict_s
 
     gpu = load_hardware(_round_profile(tmp_path))
     # Decode, one sequence attending 100 positions: weights 132 us + KV (100 read + 1 written) 1.616 us;
@@ -122,8 +122,8 @@ def test_a_step_is_priced_as_a_hand_calculation_of_the_measured_slice(tmp_path):
 def test_mixed_steps_add_the_decodes_and_the_chunk(tmp_path):
     """Decodes and a chunk share one GEMM pass: tokens = 3 decodes + 20 new, 4 logits; attention reads
     the decodes' contexts and the chunk's 30 cached + 20 new positions."""
-    from capsim.catalog import load_hardware
-    from capsim.forward_check import predict_s
+    from capsim.spec.catalog import load_hardware
+    from capsim.validation.forward import predict_s
 
     gpu = load_hardware(_round_profile(tmp_path))
     flops = 2 * 32e6 * 23 + 2 * 1e6 * 4
@@ -133,9 +133,9 @@ def test_mixed_steps_add_the_decodes_and_the_chunk(tmp_path):
 
 
 def _mixed_inputs(block=16):
-    from capsim.harness.forward_attention import step_meta, write_kv
+    from capsim.harness.kernels.forward_attention import step_meta, write_kv
     from capsim.harness.forward_shapes import StepShape
-    from capsim.harness.kernels_torch import random_block_tables
+    from capsim.harness.kernels.torch_ref import random_block_tables
 
     step = StepShape("mixed", (block + 3, 3 * block), ((0, 20), (2 * block + 5, 37)))
     lens = step.seq_lengths()
@@ -153,8 +153,8 @@ def _mixed_inputs(block=16):
 def test_step_attention_matches_dense_float64_attention():
     """Decodes through the paged kernel, a whole prompt and a chunk with cached context through
     SDPA: each query row equals softmax(q k^T / sqrt(d)) v over exactly the positions it may see."""
-    from capsim.harness.forward_attention import HarnessAttention, positions_of
-    from capsim.harness.kernels_torch import gather_kv
+    from capsim.harness.kernels.forward_attention import HarnessAttention, positions_of
+    from capsim.harness.kernels.torch_ref import gather_kv
 
     step, meta, q, k, v, kc, vc = _mixed_inputs()
     got = HarnessAttention("sdpa")(meta, q, k, v, kc, vc).double()
@@ -170,7 +170,7 @@ def test_step_attention_matches_dense_float64_attention():
 
 
 def test_the_forward_pass_gives_finite_logits_for_each_logit_row():
-    from capsim.harness.forward_attention import HarnessAttention
+    from capsim.harness.kernels.forward_attention import HarnessAttention
     from capsim.harness.forward_model import ForwardModel
     from capsim.harness.forward_shapes import StepShape, load_shape
 
@@ -184,7 +184,7 @@ def test_the_forward_pass_gives_finite_logits_for_each_logit_row():
 
 
 def test_flashinfer_is_skipped_with_the_reason(monkeypatch):
-    from capsim.harness.forward_attention import probe_flashinfer
+    from capsim.harness.kernels.forward_attention import probe_flashinfer
 
     monkeypatch.setitem(sys.modules, "flashinfer", None)  # `import flashinfer` raises ImportError
     assert probe_flashinfer("cpu", 8, 2, 16, 16, torch.float32).startswith("import flashinfer failed")
@@ -195,8 +195,8 @@ def test_flashinfer_is_skipped_with_the_reason(monkeypatch):
 def test_attention_rows_time_a_second_backend_beside_the_harness(tiny_yaml, tmp_path, monkeypatch):
     """The FlashInfer comparison path, with the CPU attention standing in for FlashInfer."""
     import capsim.harness.forward_run as fr
-    from capsim.forward_check import check_forward
-    from capsim.harness.forward_attention import HarnessAttention
+    from capsim.validation.forward import check_forward
+    from capsim.harness.kernels.forward_attention import HarnessAttention
 
     stand_in = HarnessAttention("sdpa")
     stand_in.name = "flashinfer"
@@ -213,7 +213,7 @@ def test_attention_rows_time_a_second_backend_beside_the_harness(tiny_yaml, tmp_
 
 
 def test_bad_forward_input_is_a_clear_error(tiny_yaml, tmp_path):
-    from capsim.forward_check import check_forward
+    from capsim.validation.forward import check_forward
     from capsim.harness.forward_run import measure_forward
     from capsim.harness.forward_shapes import load_shape
 
@@ -232,7 +232,7 @@ def test_bad_forward_input_is_a_clear_error(tiny_yaml, tmp_path):
 def test_device_script_tiny_runs_without_pydantic_or_simpy(tiny_yaml, tmp_path):
     """The GPU-machine command (bash script, bare-package bootstrap) on CPU: raw rows written, the
     comparison left for a machine with capsim, and that comparison reads the rows here."""
-    from capsim.forward_check import check_forward
+    from capsim.validation.forward import check_forward
 
     out = tmp_path / "out"
     proc = run_with_sitecustomize(tmp_path, DEVICE_IMAGE_SITECUSTOMIZE,

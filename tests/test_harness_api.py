@@ -7,7 +7,7 @@ import json
 import sys
 
 import pytest
-from capsim.catalog import load_hardware
+from capsim.spec.catalog import load_hardware
 from capsim.errors import CapsimError
 from harness_helpers import (
     DEVICE_IMAGE_SITECUSTOMIZE,
@@ -38,10 +38,10 @@ def test_quick_cpu_calibration_writes_a_profile_the_simulator_loads(quick_cpu_ru
     assert {"decode.sdpa.fp32", "gemm.fp32", "prefill"} <= set(result.fits)
     assert profile.overhead.layer_s > 0 and profile.efficiency.attention_bandwidth is not None
     assert seen[-1][0] == seen[-1][1] == result.points_planned
-    from capsim.architecture import param_counts  # noqa: F401  (the simulator's side of the profile)
-    from capsim.catalog import load_model
-    from capsim.cost_model import CostModel
-    from capsim.formats import get_format
+    from capsim.spec.architecture import param_counts  # noqa: F401  (the simulator's side of the profile)
+    from capsim.spec.catalog import load_model
+    from capsim.cost.roofline import CostModel
+    from capsim.spec.formats import get_format
 
     cost = CostModel(load_model("llama-2-7b"), profile, get_format("fp16"), get_format("fp16"))
     assert cost.eta_attn_bw == profile.efficiency.attention_bandwidth

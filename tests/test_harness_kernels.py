@@ -17,8 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from capsim.errors import CapsimError  # noqa: E402
-from capsim.harness.kernels_flex import builtin_paged_flash_supported, flex_block_mask, paged_decode_flex  # noqa: E402
-from capsim.harness.kernels_torch import (  # noqa: E402
+from capsim.harness.kernels.flex import builtin_paged_flash_supported, flex_block_mask, paged_decode_flex  # noqa: E402
+from capsim.harness.kernels.torch_ref import (  # noqa: E402
     make_paged_inputs,
     paged_decode_sdpa,
     random_block_tables,
@@ -105,7 +105,7 @@ def test_triton_kernel_under_the_interpreter_matches_reference():
 
 def test_triton_wrapper_rejects_bad_shapes_with_a_clear_error():
     pytest.importorskip("triton")
-    from capsim.harness.kernels_triton import paged_decode_triton
+    from capsim.harness.kernels.triton import paged_decode_triton
 
     inp = _inputs([5], hq=6, hkv=4, dim=16)
     with pytest.raises(CapsimError, match="multiple of 4 KV heads"):
@@ -117,7 +117,7 @@ def test_triton_wrapper_rejects_bad_shapes_with_a_clear_error():
 
 def test_split_plan_covers_the_longest_context():
     pytest.importorskip("triton")
-    from capsim.harness.kernels_triton import plan_splits
+    from capsim.harness.kernels.triton import plan_splits
 
     for batch, kv, ctx in [(1, 8, 32768), (256, 8, 512), (4, 32, 5000), (1, 1, 1)]:
         plan = plan_splits(batch, kv, ctx)
@@ -135,7 +135,7 @@ def test_gemm_checks_against_float64_before_timing():
 
 
 def test_flash_probe_says_why_without_cuda():
-    from capsim.harness.kernels_flex import probe_flash
+    from capsim.harness.kernels.flex import probe_flash
 
     assert probe_flash(16, "bf16", "cpu") == "needs CUDA"
     assert builtin_paged_flash_supported() in (True, False)
@@ -155,7 +155,7 @@ def test_backends_on_gpu_match_reference(backend, qd, kvd):
 @pytest.mark.gpu
 @cuda
 def test_builtin_flash_on_gpu_matches_reference_when_present():
-    from capsim.harness.kernels_flex import paged_decode_flash, probe_flash
+    from capsim.harness.kernels.flex import paged_decode_flash, probe_flash
 
     reason = probe_flash(16, "bf16", "cuda")
     if reason is not None:

@@ -4,7 +4,7 @@ profile lookup, and that the written YAML loads through the catalogue loader. No
 from __future__ import annotations
 
 import pytest
-from capsim.catalog import load_hardware
+from capsim.spec.catalog import load_hardware
 from capsim.errors import CapsimError
 from capsim.harness import profile as prof
 from capsim.harness.fit import FamilyFit, Model

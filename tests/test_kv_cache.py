@@ -1,7 +1,7 @@
 """Allocators: block accounting, reservation, capacity sizing, and property-based invariants."""
 
 import pytest
-from capsim.kv_cache import ContiguousAllocator, PagedAllocator, blocks_for
+from capsim.sim.kv_cache import ContiguousAllocator, PagedAllocator, blocks_for
 from conftest import make_paged, make_request
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -106,7 +106,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         self.next_id = 0
 
     def _new(self, prompt: int, prefix: int, session: int | None):
-        from capsim.request import Request
+        from capsim.core.request import Request
 
         self.next_id += 1
         return Request(self.next_id, 0.0, prompt, 8, shared_prefix_tokens=prefix, session=session)
@@ -169,7 +169,7 @@ TestAllocatorMachine = AllocatorMachine.TestCase
 
 
 def test_prefix_cache_hits_and_lru_eviction():
-    from capsim.request import Request
+    from capsim.core.request import Request
 
     kv = PagedAllocator(num_blocks=6, block_size=4, caching=True)
     a = Request(1, 0.0, 10, 1, shared_prefix_tokens=8)
@@ -198,7 +198,7 @@ def test_a_swapped_in_request_does_not_evict_prefix_blocks_a_later_admission_map
     """The step restoring a swapped-out request also maps a newcomer's cached prefix: the restore
     takes its blocks from the other evictable ones, not from the prefix the plan counted on
     (this was KeyError ('prefix', 0, 0) with prefix caching and swap preemption)."""
-    from capsim.request import Request
+    from capsim.core.request import Request
 
     kv = PagedAllocator(num_blocks=5, block_size=4, caching=True)
     prefix = Request(1, 0.0, 9, 1, shared_prefix_tokens=8)  # caches the class's 2 prefix blocks first (LRU)

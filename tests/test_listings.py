@@ -1,7 +1,7 @@
 """Catalogue listings: one row per entry, columns and JSON agree with the catalogues."""
 
-from capsim.catalog import hardware_catalog, model_catalog
-from capsim.listings import engine_listing, gpu_listing, model_listing
+from capsim.spec.catalog import hardware_catalog, model_catalog
+from capsim.report.listings import engine_listing, gpu_listing, model_listing
 
 
 def test_each_listing_has_a_row_per_entry_and_matching_json():

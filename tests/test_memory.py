@@ -2,10 +2,10 @@
 - reserve; TensorRT-LLM: a fraction of what is left), per GPU under tensor parallelism."""
 
 import pytest
-from capsim.catalog import load_hardware, load_model
-from capsim.engines import EngineProfile, load_engine
-from capsim.formats import get_format
-from capsim.memory import GiB, activation_peak_bytes, kv_bytes_per_token_per_gpu, memory_budget
+from capsim.spec.catalog import load_hardware, load_model
+from capsim.spec.serving import EngineProfile, load_engine
+from capsim.spec.formats import get_format
+from capsim.cost.memory import GiB, activation_peak_bytes, kv_bytes_per_token_per_gpu, memory_budget
 
 FP16 = get_format("fp16")
 
@@ -76,9 +76,9 @@ def test_document_mode_leaves_out_activations_and_reserve(tiny_model, round_gpu)
 def test_sliding_windows_and_recurrent_state_are_per_sequence_memory():
     """Blocks hold the full-attention layers' tokens; a sliding-window layer keeps at most its
     window (+ the block being filled) and a linear-attention layer a fixed state, per sequence."""
-    from capsim import architecture as arch
-    from capsim.catalog import load_model
-    from capsim.memory import block_layout
+    from capsim.spec import architecture as arch
+    from capsim.spec.catalog import load_model
+    from capsim.cost.memory import block_layout
 
     gemma = load_model("gemma-3-27b")  # 10 full + 52 sliding layers, window 1,024, 16 KV heads x 128
     per_block, per_seq = block_layout(gemma, 2.0, 16)

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-from capsim import metrics
-from capsim.metrics import (
+from capsim.results import summary as metrics
+from capsim.results.summary import (
     distribution,
     median,
     quantiles,
@@ -12,8 +12,8 @@ from capsim.metrics import (
     weighted_distribution,
     weighted_percentile,
 )
-from capsim.request_log import GapLog, RequestLog
-from capsim.step_log import StepLog, step_totals
+from capsim.sim.request_log import GapLog, RequestLog
+from capsim.sim.step_log import StepLog, step_totals
 from conftest import make_request
 from hypothesis import given, settings
 from hypothesis import strategies as st

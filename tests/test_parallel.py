@@ -2,8 +2,8 @@
 
 import pytest
 from capsim.errors import CapsimError
-from capsim.parallel import Runner, run_tasks
-from capsim.records import Task, evaluate
+from capsim.planning.parallel import Runner, run_tasks
+from capsim.planning.tasks import Task, evaluate
 from conftest import workload
 
 
@@ -48,6 +48,6 @@ def test_bad_worker_count():
 
 def test_unreachable_dask_scheduler_is_a_user_error(monkeypatch):
     pytest.importorskip("distributed")
-    monkeypatch.setattr("capsim.parallel.DASK_CONNECT_TIMEOUT_S", 1)
+    monkeypatch.setattr("capsim.planning.parallel.DASK_CONNECT_TIMEOUT_S", 1)
     with pytest.raises(CapsimError, match="--dask-scheduler"):
         run_tasks(_square, [1, 2], dask_scheduler="tcp://127.0.0.1:1")

@@ -1,9 +1,9 @@
 """One simulation as one flat record: sample counts, KV fit, goodput, cost, saturation, margins."""
 
 import pytest
-from capsim.records import Task, evaluate, latency_keys, record
-from capsim.simulation import simulate
-from capsim.slo import Objectives
+from capsim.planning.tasks import Task, evaluate, latency_keys, record
+from capsim.api import simulate
+from capsim.results.slo import Objectives
 from conftest import unit_workload, workload
 
 

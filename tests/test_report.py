@@ -2,9 +2,9 @@
 
 import pandas as pd
 import pytest
-from capsim.curves import batch_curves
+from capsim.reference.curves import batch_curves
 from capsim.errors import CapsimError
-from capsim.report import (
+from capsim.report.run_figures import (
     batch_over_time,
     kv_memory,
     latency_cdfs,
@@ -14,10 +14,10 @@ from capsim.report import (
     slot_gantt,
     slot_intervals,
 )
-from capsim.report_planning import batch_figure, compare_figure, latency_vs_load, plot_saved
-from capsim.simulation import simulate
-from capsim.slo import Objectives
-from capsim.sweeps import compare, sweep
+from capsim.report.planning_figures import batch_figure, compare_figure, latency_vs_load, plot_saved
+from capsim.api import simulate
+from capsim.results.slo import Objectives
+from capsim.planning.sweep import compare, sweep
 from conftest import unit_workload, workload
 
 SEED_EXAMPLE = {"mode": "unit", "arrivals": {"kind": "all_at_once"}, "requests": 8,
@@ -144,7 +144,7 @@ def test_save_writes_png_and_an_svg_without_a_date(static_run, tmp_path):
 
 
 def test_plot_saved_compare_and_capacity_from_their_files(priced_gpu_file, tmp_path):
-    from capsim.capacity_search import capacity
+    from capsim.planning.capacity import capacity
 
     w = unit_workload(priced_gpu_file, requests=40)
     compare(w, kv_cache=["fp16", "q8_0"], workers=1).write(tmp_path / "c")

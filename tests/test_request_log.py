@@ -1,8 +1,8 @@
-"""The engine's request records and inter-token gap log (capsim.request_log)."""
+"""The engine's request records and inter-token gap log (capsim.sim.request_log)."""
 
 import numpy as np
 import pytest
-from capsim.request_log import GapLog, RequestLog
+from capsim.sim.request_log import GapLog, RequestLog
 from conftest import make_request
 
 

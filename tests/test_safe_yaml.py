@@ -6,7 +6,7 @@ from __future__ import annotations
 import codecs
 
 import pytest
-from capsim import safe_yaml
+from capsim.spec import safe_yaml
 from capsim.errors import CapsimError, quote
 
 

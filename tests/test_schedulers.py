@@ -3,7 +3,7 @@
 from collections import deque
 
 import pytest
-from capsim.kv_cache import ContiguousAllocator
+from capsim.sim.kv_cache import ContiguousAllocator
 from conftest import decoding, make_paged, make_request, make_scheduler, running_set
 
 
@@ -169,7 +169,7 @@ def test_fast_and_slow_paths_agree():
 
 def test_multi_step_scheduling_admits_only_at_window_boundaries():
     """vLLM 0.6's --num-scheduler-steps 10: while a batch decodes, newcomers join every 10 steps."""
-    from capsim.schedulers import ContinuousScheduler
+    from capsim.sim.schedulers import ContinuousScheduler
 
     sched = ContinuousScheduler(8, 4096, 4096, steps_per_schedule=10)
     kv = make_paged(1000)

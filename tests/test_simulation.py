@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from capsim.errors import CapsimError
-from capsim.simulation import apply_overrides, resolve, simulate
+from capsim.api import apply_overrides, resolve, simulate
 from conftest import workload
 
 WORKLOADS = Path(__file__).parents[1] / "workloads"
@@ -76,7 +76,7 @@ def test_write_creates_the_three_files(tmp_path, round_gpu_file):
 
 def test_a_per_macro_step_table_is_written_after_a_line_saying_so(tmp_path, round_gpu_file, monkeypatch):
     import pandas as pd
-    from capsim import step_log
+    from capsim.sim import step_log
 
     monkeypatch.setattr(step_log, "LARGE_RUN_STEPS", 10)
     r = simulate(workload(round_gpu_file))
@@ -92,7 +92,7 @@ def test_a_run_builds_its_tables_only_when_asked():
     # The summary and the files come from numpy columns; pandas is imported when a table is first
     # used (so `capsim run`, with or without --out, never imports it), and the tables hold what
     # the summary counted.
-    code = ("import sys, tempfile, pathlib; from capsim.simulation import simulate; "
+    code = ("import sys, tempfile, pathlib; from capsim.api import simulate; "
             "r = simulate('workloads/chat.yaml', requests=30); r.write(pathlib.Path(tempfile.mkdtemp())); "
             "assert 'pandas' not in sys.modules, 'pandas imported by the run or by writing its files'; "
             "assert len(r.requests) == r.summary['arrived'] == 30 and 'pandas' in sys.modules; "

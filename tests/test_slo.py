@@ -2,7 +2,7 @@
 
 import pytest
 from capsim.errors import CapsimError
-from capsim.slo import Objectives, from_dict, objectives_for, parse_objectives, parse_percentiles, summary_key
+from capsim.results.slo import Objectives, from_dict, objectives_for, parse_objectives, parse_percentiles, summary_key
 
 
 @pytest.mark.parametrize("name, key", [

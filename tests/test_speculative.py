@@ -1,8 +1,8 @@
 """Speculative decoding: the token schedule, and its effect on steps, TPOT and step cost."""
 
 import pytest
-from capsim.simulation import simulate
-from capsim.speculative import TokenSchedule, expected_tokens
+from capsim.api import simulate
+from capsim.sim.speculative import TokenSchedule, expected_tokens
 from conftest import workload
 
 

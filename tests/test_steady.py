@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-from capsim.simulation import simulate
-from capsim.steady import choose_window, emitted_in
+from capsim.api import simulate
+from capsim.results.steady import choose_window, emitted_in
 from conftest import unit_workload, workload
 
 

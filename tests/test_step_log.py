@@ -3,10 +3,10 @@ summarised in chunks and tabulated one row per macro-step."""
 
 import numpy as np
 import pytest
-from capsim import step_log
-from capsim.cost_model import DecodeSteps
-from capsim.simulation import simulate
-from capsim.step_log import Records, Rows, StepLog, step_totals
+from capsim.sim import step_log
+from capsim.cost.roofline import DecodeSteps
+from capsim.api import simulate
+from capsim.sim.step_log import Records, Rows, StepLog, step_totals
 from conftest import workload
 
 

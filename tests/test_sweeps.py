@@ -5,8 +5,8 @@ import json
 import pandas as pd
 import pytest
 from capsim.errors import CapsimError
-from capsim.slo import Objectives, objectives_for
-from capsim.sweeps import compare, parse_range, sweep
+from capsim.results.slo import Objectives, objectives_for
+from capsim.planning.sweep import compare, parse_range, sweep
 from conftest import unit_workload, workload
 
 
@@ -98,7 +98,7 @@ def dask_cluster():
 
 
 def test_dask_cluster_gives_the_serial_results_exactly(dask_cluster, priced_gpu_file, tmp_path):
-    from capsim.capacity_search import capacity
+    from capsim.planning.capacity import capacity
 
     w = unit_workload(priced_gpu_file, requests=60)
     serial = sweep(w, rates=[20.0, 60.0, 120.0], workers=1)

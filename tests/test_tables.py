@@ -2,7 +2,7 @@
 
 import pytest
 from capsim.errors import CapsimError
-from capsim.tables import (
+from capsim.reference.tables import (
     TableSetup,
     all_tables,
     batch_table,
@@ -71,8 +71,8 @@ def test_utilisation_example_through_the_schedulers():
 def test_the_bundled_seed_workload_is_the_tables_one():
     from pathlib import Path
 
-    from capsim.simulation import load_workload
-    from capsim.tables import SEED_UTILISATION
+    from capsim.api import load_workload
+    from capsim.reference.tables import SEED_UTILISATION
 
     path = Path(__file__).parents[1] / "workloads" / "seed-utilisation.yaml"
     w = load_workload(path)

@@ -6,10 +6,10 @@ import math
 from pathlib import Path
 
 import pytest
-from capsim.cli import app
+from capsim.cli.app import app
 from capsim.errors import CapsimError
-from capsim.validate import GROUPS, Outcome, find_suite, group_rows, load_points, mape, render, run_point, run_suite, write
-from capsim.validate_map import Skip, engine_for, kv_format_for, predicted_value, workload_for
+from capsim.validation.runner import GROUPS, Outcome, find_suite, group_rows, load_points, mape, render, run_point, run_suite, write
+from capsim.validation.mapping import Skip, engine_for, kv_format_for, predicted_value, workload_for
 from typer.testing import CliRunner
 
 SUITE = Path(__file__).parents[1] / "validation"

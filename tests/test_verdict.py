@@ -3,9 +3,9 @@
 import json
 
 import pytest
-from capsim.console import verdict_block
-from capsim.simulation import simulate
-from capsim.slo import Objectives
+from capsim.report.console import verdict_block
+from capsim.api import simulate
+from capsim.results.slo import Objectives
 from conftest import unit_workload, write_workload
 
 BIG = {"name": "big", "model": "llama-3.1-70b", "weights": "bf16", "gpu": "h100-sxm", "tp": 2, "engine": "vllm",
@@ -16,8 +16,8 @@ BIG = {"name": "big", "model": "llama-3.1-70b", "weights": "bf16", "gpu": "h100-
 
 
 def test_70b_in_bf16_on_two_h100s_is_kv_bound_and_says_what_to_try():
-    from capsim.config import validate
-    from capsim.workload_schema import WorkloadConfig
+    from capsim.spec.config import validate
+    from capsim.workload.schema import WorkloadConfig
 
     run = simulate(validate(WorkloadConfig, BIG, "big"))
     v = run.summary["verdict"]

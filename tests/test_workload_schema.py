@@ -45,7 +45,7 @@ def test_union_tags_are_left_out_of_field_names(round_gpu_file):
 # ---------------------------------------------------------------- fuzzing the loader
 import yaml  # noqa: E402
 from capsim.errors import CapsimError as _Error  # noqa: E402
-from capsim.simulation import simulate  # noqa: E402
+from capsim.api import simulate  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 

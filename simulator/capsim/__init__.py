@@ -8,7 +8,7 @@
 
 Names are imported on first use (module __getattr__), so `import capsim` stays cheap: no pandas,
 SimPy or matplotlib until something needs them. The functions `simulate`, `sweep` and `capacity`
-live in the modules `capsim.simulation`, `capsim.sweeps` and `capsim.capacity_search`.
+live in the modules `capsim.api`, `capsim.planning.sweep` and `capsim.planning.capacity`.
 `pip install .` compiles the engine with mypyc; `capsim.compiled` says whether it did.
 """
 
@@ -22,22 +22,22 @@ prefer_source_if_asked()  # CAPSIM_PURE_PYTHON=1: run the engine's .py files eve
 
 _EXPORTS = {
     # one run
-    "simulate": "capsim.simulation", "load_workload": "capsim.simulation", "apply_overrides": "capsim.simulation",
-    "RunResult": "capsim.simulation",
+    "simulate": "capsim.api", "load_workload": "capsim.api", "apply_overrides": "capsim.api",
+    "RunResult": "capsim.api",
     # catalogues
-    "load_hardware": "capsim.catalog", "load_model": "capsim.catalog", "hardware_catalog": "capsim.catalog",
-    "model_catalog": "capsim.catalog",
+    "load_hardware": "capsim.spec.catalog", "load_model": "capsim.spec.catalog", "hardware_catalog": "capsim.spec.catalog",
+    "model_catalog": "capsim.spec.catalog",
     # the documents' tables
-    "TableSetup": "capsim.tables", "DocTable": "capsim.tables", "all_tables": "capsim.tables",
-    "batch_table": "capsim.tables", "kv_capacity_table": "capsim.tables", "kv_per_token_table": "capsim.tables",
-    "paged_waste_table": "capsim.tables", "utilisation_table": "capsim.tables", "batch_curves": "capsim.curves",
+    "TableSetup": "capsim.reference.tables", "DocTable": "capsim.reference.tables", "all_tables": "capsim.reference.tables",
+    "batch_table": "capsim.reference.tables", "kv_capacity_table": "capsim.reference.tables", "kv_per_token_table": "capsim.reference.tables",
+    "paged_waste_table": "capsim.reference.tables", "utilisation_table": "capsim.reference.tables", "batch_curves": "capsim.reference.curves",
     # capacity planning
-    "compare": "capsim.sweeps", "sweep": "capsim.sweeps", "parse_range": "capsim.sweeps", "CompareResult": "capsim.sweeps",
-    "SweepResult": "capsim.sweeps", "capacity": "capsim.capacity_search", "CapacityResult": "capsim.capacity_search",
-    "run_seeds": "capsim.confidence", "SeedsResult": "capsim.confidence", "Objectives": "capsim.slo",
-    "parse_objectives": "capsim.slo", "usd_per_million_tokens": "capsim.costs", "Runner": "capsim.parallel",
+    "compare": "capsim.planning.sweep", "sweep": "capsim.planning.sweep", "parse_range": "capsim.planning.sweep", "CompareResult": "capsim.planning.sweep",
+    "SweepResult": "capsim.planning.sweep", "capacity": "capsim.planning.capacity", "CapacityResult": "capsim.planning.capacity",
+    "run_seeds": "capsim.planning.seeds", "SeedsResult": "capsim.planning.seeds", "Objectives": "capsim.results.slo",
+    "parse_objectives": "capsim.results.slo", "usd_per_million_tokens": "capsim.results.cost", "Runner": "capsim.planning.parallel",
     # plots
-    "plot_run": "capsim.report", "plot_run_dir": "capsim.report", "plot_saved": "capsim.report_planning",
+    "plot_run": "capsim.report.run_figures", "plot_run_dir": "capsim.report.run_figures", "plot_saved": "capsim.report.planning_figures",
     "CapsimError": "capsim.errors",
 }
 

@@ -1,3 +1,3 @@
-from capsim.cli import console_main
+from capsim.cli.app import console_main
 
 console_main()

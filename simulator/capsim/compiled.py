@@ -30,10 +30,10 @@ def build_record() -> dict | None:
 
 
 def is_compiled() -> bool:
-    """True when capsim.engine was loaded from a compiled module."""
-    import capsim.engine
+    """True when capsim.sim.engine was loaded from a compiled module."""
+    import capsim.sim.engine
 
-    return not (capsim.engine.__file__ or "").endswith(".py")
+    return not (capsim.sim.engine.__file__ or "").endswith(".py")
 
 
 class _PreferSource:

@@ -89,7 +89,7 @@ def _cross_backends(spec: GridSpec, device: str, backend: str) -> tuple[GridSpec
     """Drop cross-check backends that cannot run here; say why."""
     from dataclasses import replace
 
-    from capsim.harness.kernels_flex import probe_flash
+    from capsim.harness.kernels.flex import probe_flash
 
     keep, skipped = [], {}
     for other in spec.cross_backends:
@@ -188,7 +188,7 @@ def read_raw(path: Path) -> list[dict]:
 
 def check(profile_path: Path) -> CheckReport:
     """Re-read the raw data beside a calibrated profile and recompute its held-out errors."""
-    from capsim.catalog import load_hardware
+    from capsim.spec.catalog import load_hardware
 
     profile_path = Path(profile_path)
     cal = load_hardware(profile_path).calibration
@@ -205,7 +205,7 @@ def check(profile_path: Path) -> CheckReport:
 def refit(profile_path: Path) -> Path:
     """Refit a calibrated profile from the raw data beside it, in place (provenance kept, fit and
     errors recomputed, sha256 refreshed): how a profile measured on another machine is fitted here."""
-    from capsim.catalog import load_hardware
+    from capsim.spec.catalog import load_hardware
 
     profile_path = Path(profile_path)
     old = load_hardware(profile_path).model_dump(mode="json")

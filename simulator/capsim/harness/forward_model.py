@@ -1,6 +1,6 @@
 """A Llama-style decoder's layers in torch with random weights, run one step at a time over a
 paged KV cache: RMSNorm, fused QKV projection, rotary embedding, the new K/V written into the
-cache, paged attention (capsim.harness.forward_attention), output projection, residual, RMSNorm,
+cache, paged attention (capsim.harness.kernels.forward_attention), output projection, residual, RMSNorm,
 fused gate/up projection, SiLU x up, down projection, residual; then the final norm and the LM head
 on the rows that produce logits. Shapes are the model's own; nothing is downloaded.
 
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from capsim.harness.deps import require_torch
-from capsim.harness.forward_attention import positions_of, slot_mapping, step_meta
+from capsim.harness.kernels.forward_attention import positions_of, slot_mapping, step_meta
 from capsim.harness.forward_shapes import ModelShape, StepShape
-from capsim.harness.kernels_torch import random_block_tables, torch_dtype
+from capsim.harness.kernels.torch_ref import random_block_tables, torch_dtype
 
 ROPE_THETA = 500000.0  # Llama 3's rope_theta (the values do not change any kernel's time)
 RMS_EPS = 1e-5

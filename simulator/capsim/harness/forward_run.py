@@ -8,7 +8,7 @@ engine replays its steps from graphs; the host's launch path is not the GPU's st
 that cannot be captured is timed eagerly and its row says `graph: false`. With `flashinfer`, one
 layer's attention is also timed alone (`family: attention`) with the harness's kernels and with
 FlashInfer's at the same steps, after the forward rows, so a slow first FlashInfer compile never
-costs forward data. Nothing here prices a step: `capsim.forward_check` compares the rows with
+costs forward data. Nothing here prices a step: `capsim.validation.forward` compares the rows with
 capsim's cost model.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from capsim.errors import CapsimError
 from capsim.harness import timing
 from capsim.harness.deps import require_torch, require_triton, triton_interpreted, versions
-from capsim.harness.forward_attention import (
+from capsim.harness.kernels.forward_attention import (
     ATTENTION_BACKENDS,
     flashinfer_version,
     make_attention,
@@ -37,7 +37,7 @@ from capsim.harness.forward_grid import ForwardGrid, forward_grid, plan_steps
 from capsim.harness.forward_model import ForwardModel
 from capsim.harness.forward_shapes import ModelShape, StepShape, load_shape
 from capsim.harness.grid import run_points
-from capsim.harness.kernels_torch import random_block_tables
+from capsim.harness.kernels.torch_ref import random_block_tables
 
 Progress = Callable[[int, int, str], None]
 # Largest K/V cache (all measured layers together) a run allocates, by device.

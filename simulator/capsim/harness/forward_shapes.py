@@ -1,7 +1,7 @@
 """What a whole-forward-pass run measures: the model's layer shapes and the steps of the grid.
 
 The model comes from the catalogue (`llama-3.1-8b`) or a model YAML file with the catalogue's
-fields. With pydantic present it is validated as a `capsim.config.ModelSpec`; on the GPU machine's
+fields. With pydantic present it is validated as a `capsim.spec.config.ModelSpec`; on the GPU machine's
 image (no pydantic) the YAML is read as plain data and only the fields the forward pass uses are
 checked. Only dense softmax-attention models with a gated MLP (the Llama family) are built.
 """
@@ -54,7 +54,7 @@ def _raw_spec(model: str) -> tuple[dict, str]:
             raise CapsimError(f"--forward {model}: no such model file.")
         return yaml.safe_load(path.read_text()), str(path)
     where = "capsim/data/models.yaml"
-    for entry in yaml.safe_load(resources.files("capsim.data").joinpath("models.yaml").read_text()):
+    for entry in yaml.safe_load(resources.files("capsim.spec.data").joinpath("models.yaml").read_text()):
         names = [entry.get("name", ""), *entry.get("aliases", [])]
         if model.lower() in (str(n).lower() for n in names):
             return entry, f"{where} (model {entry['name']})"
@@ -64,8 +64,8 @@ def _raw_spec(model: str) -> tuple[dict, str]:
 def _validated_spec(model: str) -> tuple[dict, str] | None:
     """(fields, where) through capsim's own validation, or None where pydantic is missing."""
     try:
-        from capsim.catalog import load_model
-        from capsim.config import ModelSpec, load_yaml_as
+        from capsim.spec.catalog import load_model
+        from capsim.spec.config import ModelSpec, load_yaml_as
     except ImportError:
         return None
     path = Path(model)

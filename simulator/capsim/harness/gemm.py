@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from capsim.errors import CapsimError
 from capsim.harness.deps import require_torch
-from capsim.harness.kernels_torch import torch_dtype
+from capsim.harness.kernels.torch_ref import torch_dtype
 
 _REL_TOL = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 3e-2, "fp8": 3e-2}
 _FP8_MIN_M = 16  # _scaled_mm needs every dimension a multiple of 16

@@ -14,7 +14,7 @@ from capsim.errors import CapsimError
 from capsim.harness import timing
 from capsim.harness.deps import require_torch
 from capsim.harness.grid import GridSpec, decode_bytes
-from capsim.harness.kernels_torch import make_paged_inputs, random_block_tables, reference_decode, torch_dtype
+from capsim.harness.kernels.torch_ref import make_paged_inputs, random_block_tables, reference_decode, torch_dtype
 
 BACKENDS = ("triton", "flex", "sdpa", "flash")
 # Tolerances against float64, by the dtype of the query and output.
@@ -25,19 +25,19 @@ _ROTATIONS = 4  # distinct block tables cycled through the repetitions (cold cac
 def decode_backend(name: str):
     """The paged-decode function of a backend name."""
     if name == "triton":
-        from capsim.harness.kernels_triton import paged_decode_triton
+        from capsim.harness.kernels.triton import paged_decode_triton
 
         return paged_decode_triton
     if name == "sdpa":
-        from capsim.harness.kernels_torch import paged_decode_sdpa
+        from capsim.harness.kernels.torch_ref import paged_decode_sdpa
 
         return paged_decode_sdpa
     if name == "flex":
-        from capsim.harness.kernels_flex import paged_decode_flex
+        from capsim.harness.kernels.flex import paged_decode_flex
 
         return paged_decode_flex
     if name == "flash":
-        from capsim.harness.kernels_flex import paged_decode_flash
+        from capsim.harness.kernels.flex import paged_decode_flash
 
         return paged_decode_flash
     raise CapsimError(f"unknown backend {name!r}; allowed: {', '.join(BACKENDS)}.")
@@ -107,7 +107,7 @@ class Measurer:
         small = decode_bytes(point) < timing.FLUSH_BYTES_GPU
         if point["backend"] == "flex":
             # One table only: each new mask_mod closure would make the compiled kernel recompile.
-            from capsim.harness.kernels_flex import flex_block_mask
+            from capsim.harness.kernels.flex import flex_block_mask
 
             mask = flex_block_mask(tables[0], inp.context_lens, pool, block, ctx)
             run = lambda i: fn(inp.query, inp.k_cache, inp.v_cache, tables[0], inp.context_lens, block_mask=mask,

@@ -2,7 +2,7 @@
 
 Datasheet numbers (memory, peaks, interconnect, sources) come from the catalogue profile of the
 same GPU; a CPU or an unknown GPU gets a profile whose ceilings are its own micro-benchmarks, and
-its `sources` say so. The profile is validated through capsim.catalog whenever pydantic is
+its `sources` say so. The profile is validated through capsim.spec.catalog whenever pydantic is
 importable (always in a normal install; the GPU machine's image lacks it, so the device script
 writes the YAML unvalidated and the local `check`/refit validates it).
 """
@@ -21,7 +21,7 @@ import yaml
 
 from capsim.errors import CapsimError
 from capsim.harness.fit import FamilyFit
-from capsim.limits import MAX_TOKENS, MIN_EFFICIENCY
+from capsim.spec.limits import MAX_TOKENS, MIN_EFFICIENCY
 
 # Kernel calls per layer charged at the GEMM intercept in overhead.layer_s (qkv, o, gate_up, down).
 GEMMS_PER_LAYER = 4
@@ -44,7 +44,7 @@ def name_candidates(device_name: str) -> list[str]:
 def catalogue_profile(name: str) -> dict | None:
     """The catalogue profile `name` (name or alias, case-insensitive) as a plain dict, or None."""
     try:
-        from capsim.catalog import load_hardware
+        from capsim.spec.catalog import load_hardware
     except ImportError:  # no pydantic (the GPU machine's image): read the shipped YAML directly
         return _raw_catalogue().get(name.lower())
     try:
@@ -222,9 +222,9 @@ def write_profile(profile: dict, path: Path) -> None:
 
 
 def validate_profile(path: Path) -> bool:
-    """Load the profile through capsim.catalog (raises CapsimError if invalid); False if pydantic is absent."""
+    """Load the profile through capsim.spec.catalog (raises CapsimError if invalid); False if pydantic is absent."""
     try:
-        from capsim.catalog import load_hardware
+        from capsim.spec.catalog import load_hardware
     except ImportError:
         return False
     profile = load_hardware(path)

@@ -105,7 +105,7 @@ def copy_bandwidth(device: str, nbytes: int, reps: int = 10) -> tuple[float, Tim
 def matmul_peak(device: str, dtype: str, n: int, reps: int = 10) -> tuple[float, Timing]:
     """Square n x n x n matmul on random data; returns (FLOP/s, timing)."""
     torch = require_torch()
-    from capsim.harness.kernels_torch import torch_dtype
+    from capsim.harness.kernels.torch_ref import torch_dtype
 
     a = torch.randn((n, n), device=device).to(torch_dtype(dtype))
     b = torch.randn((n, n), device=device).to(torch_dtype(dtype))

@@ -1,0 +1,487 @@
+"""Roofline cost of one forward pass (DESIGN §3).
+
+A step is priced as two rooflines run back to back, plus memory-bound elementwise kernels and
+fixed times:
+  GEMMs:       max(weight bytes / (eta_bw * BW),  matmul FLOPs / (eta_fl(T) * peak[dtype]))
+  attention:   max(KV (+ score) bytes / (eta_attn * BW),
+                   attention FLOPs / (eta_attn_fl * peak) + dequant work + per-sequence cost)
+  elementwise: activation bytes per token x T / (eta_bw * BW)
+  fixed:       host time per step and sequence + per-layer kernel times + TP all-reduces
+The GEMM, elementwise and fixed parts depend only on the token count T (and the sequence count);
+the attention part on the contexts.
+
+Decode-only steps (every running request computes one token) are priced by `decode_seconds`, a
+function of the batch size n and the summed contexts S (full attention) and Ss (sliding window)
+only, and summed into end times by `decode_ends`: a numpy path for long runs and a scalar loop
+for short ones, using the same float operations in the same order. That is what makes a
+macro-step of k steps and k single steps land on the same bits (tests/test_engine.py). Anything
+that refines decode pricing must stay a function of (n, S, Ss) built from + - * / and max/min,
+identical in both paths (tests/test_cost_model.py checks bit-identity).
+
+Realistic mode takes its efficiencies and fixed times from capsim.cost.rates (GPU profile x serving
+engine profile). Tensor parallelism over `tp` GPUs divides weights, FLOPs and KV heads and adds two
+all-reduces per layer; every time and byte count here is per GPU. Decode-only fixed times depend
+on n only (host time, kernels, all-reduces, elementwise traffic, per-sequence attention cost)
+and are folded into the per-n coefficients.
+
+Modes: `realistic` (the default for `run`), `document` (the source note's simplified model:
+weights-only traffic, eta_bw = 1, eta_fl = 0.5, no overheads) and `unit` (every step takes
+`unit_step_s`: the explainer's slot-step examples).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from capsim.spec import architecture as arch
+from capsim.spec.config import HardwareProfile, ModelSpec
+from capsim.spec.serving import EngineProfile
+from capsim.spec.formats import NumberFormat
+from capsim.core.plan import StepPlan
+from capsim.sim.running import RunningSet
+from capsim.cost.rates import realistic_rates
+
+Mode = Literal["realistic", "document", "unit"]
+# Decode runs this long or longer are priced with numpy, shorter ones in a loop: both give the same
+# bits. In plain Python numpy's fixed cost per call pays for itself from about 40-48 steps; compiled
+# (setup.py), a step of the loop is a few dozen instructions, and pricing every run of bench-10k in
+# the loop took 4.8% fewer instructions than switching to numpy at 40 (benchmarks/instructions.py).
+_VECTOR_FROM = 40 if __file__.endswith(".py") else 1024
+BOUNDS = ("compute", "memory", "overhead")
+
+
+class StepCost:
+    """What one forward pass costs. A plain class (not a dataclass) so that mypyc compiles its
+    __init__: one is made for every step that is not a pure decode."""
+
+    def __init__(self, seconds: float, compute_s: float, memory_s: float, overhead_s: float, flops: float,
+                 bytes: float, bound: str) -> None:
+        self.seconds, self.compute_s, self.memory_s, self.overhead_s = seconds, compute_s, memory_s, overhead_s
+        self.flops, self.bytes = flops, bytes
+        self.bound = bound  # one of BOUNDS: the term that took the most time
+
+    def __repr__(self) -> str:
+        return (f"StepCost(seconds={self.seconds!r}, compute_s={self.compute_s!r}, memory_s={self.memory_s!r}, "
+                f"overhead_s={self.overhead_s!r}, flops={self.flops!r}, bytes={self.bytes!r}, bound={self.bound!r})")
+
+
+@dataclass(frozen=True)
+class DocumentAssumptions:
+    """The source note's stated numbers; each None means 'derive it from the catalogue'."""
+
+    weight_bytes: float | None = None
+    flops_per_token: float | None = None
+    peak_flops: float | None = None
+    bandwidth_bytes_per_s: float | None = None
+    compute_efficiency: float = 0.5
+    bandwidth_efficiency: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeSteps:
+    """k consecutive pure-decode steps, one entry per step (numpy arrays, or lists for a few)."""
+
+    seconds: np.ndarray | list | None  # None where only FLOPs, bytes and bound are wanted
+    flops: np.ndarray | list
+    bytes: np.ndarray | list
+    bound: np.ndarray | list  # index into BOUNDS
+
+
+class CostModel:
+    """Prices StepPlans for one (model, GPU, weight format, KV format, mode, engine, TP degree)."""
+
+    # The numbers every step reads, declared so that the compiled engine (setup.py) keeps them as
+    # C doubles and ints: left to inference from untyped setup code they were Python objects, and
+    # pricing one prefill or mixed step took some 14,000 instructions of generic arithmetic.
+    total_weight_bytes: float
+    doc_flops_per_token: float
+    dense_weight_bytes: float
+    moe_layers: int
+    expert_bytes: float
+    body_flops_per_token: float
+    head_flops_per_logit: float
+    state_bytes_per_seq: float
+    kv_values_full: float
+    kv_values_sliding: float
+    kv_full_bytes: float
+    kv_sliding_bytes: float
+    window: int
+    attention_layers: int
+    attn_flops_full: float
+    attn_flops_sliding: float
+    score_bytes_full: float
+    score_bytes_sliding: float
+    dequant_flops_per_value: float
+    attention_seq_s: float
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        hardware: HardwareProfile,
+        weights: NumberFormat,
+        kv_cache: NumberFormat,
+        mode: Mode = "realistic",
+        document: DocumentAssumptions | None = None,
+        unit_step_s: float = 1.0,
+        engine: EngineProfile | None = None,
+        tp: int = 1,
+        draft_tokens: int = 0,
+        draft: CostModel | None = None,
+    ) -> None:
+        self.model, self.hardware, self.mode, self.unit_step_s = model, hardware, mode, unit_step_s
+        self.weights_format, self.kv_format, self.engine, self.tp = weights, kv_cache, engine, tp
+        self.params = params = arch.param_counts(model)
+        self.document = doc = document or DocumentAssumptions()
+        if mode == "document":
+            self.rates = None
+            self.eta_bw = self.eta_attn_bw = doc.bandwidth_efficiency
+            self.eta_fl = self.eta_attn_fl = doc.compute_efficiency
+            self.half_tokens = 0.0
+            self.bandwidth = doc.bandwidth_bytes_per_s or hardware.memory_bandwidth_bytes_per_s
+            self.peak = self.attn_peak = doc.peak_flops or hardware.peak_for(weights.compute_dtype)
+            self.vector_peak = hardware.peak_flops.get("fp32", hardware.peak_flops["fp16"] / 4)
+        else:
+            r = self.rates = realistic_rates(hardware, engine if mode == "realistic" else None, weights, tp)
+            self.eta_bw, self.eta_attn_bw, self.eta_fl = r.eta_weights_bw, r.eta_attn_bw, r.eta_gemm
+            self.eta_attn_fl, self.half_tokens, self.bandwidth = r.eta_attn_fl, r.half_tokens, r.bandwidth_bytes_per_s
+            self.peak, self.attn_peak, self.vector_peak = r.gemm_peak_flops, r.attn_peak_flops, r.vector_flops
+        self._gemm_setup(model, params, weights, doc, tp)
+        self._attention_setup(model, kv_cache, tp)
+        self._per_step_setup(model)
+        self._decode_cache: dict[int, tuple] = {}
+        # Speculative decoding: each decode step verifies draft_tokens + 1 tokens per sequence,
+        # after `draft_tokens` passes of the draft model (if one is priced).
+        self.queries = draft_tokens + 1
+        self.draft, self.draft_passes = draft, (draft_tokens if draft is not None else 0)
+
+    def _gemm_setup(self, model, params, weights, doc, tp) -> None:
+        wb = weights.bytes_per_value
+        self.total_weight_bytes = doc.weight_bytes if doc.weight_bytes else params.total * wb / tp
+        self.doc_flops_per_token = doc.flops_per_token or 2.0 * params.active / tp
+        head = params.lm_head or params.embedding
+        self.dense_weight_bytes = (params.attention + params.mlp_dense + params.mlp_shared + head) * wb / tp
+        moe = model.moe
+        self.moe_layers = (model.num_layers - moe.dense_layers) if moe else 0
+        self.expert_bytes = (params.mlp_experts / (self.moe_layers * moe.num_experts) * wb / tp) if moe else 0.0
+        self.body_flops_per_token = (2.0 * params.body_active + arch.linear_attention_flops_per_token(model)) / tp
+        self.head_flops_per_logit = 2.0 * head / tp
+        self.state_bytes_per_seq = 2.0 * arch.state_bytes_per_sequence(model) / tp  # read + write
+
+    def _per_step_setup(self, model: ModelSpec) -> None:
+        """The model's numbers that every step reads, copied out of the config once: a pydantic
+        attribute is a Python-level lookup, several per step."""
+        self.num_layers, self.hidden_size = model.num_layers, model.hidden_size
+        moe = model.moe
+        self.num_experts, self.experts_per_token = (moe.num_experts, moe.experts_per_token) if moe else (0, 0)
+        r = self.rates
+        self.elementwise_bytes_per_token = 0.0  # elementwise_part's traffic per token, all layers
+        if r is not None and self.mode == "realistic":
+            width = moe.expert_intermediate_size * moe.experts_per_token if moe else model.intermediate_size
+            self.elementwise_bytes_per_token = model.num_layers * (r.elementwise_hidden_bytes * model.hidden_size
+                                                                   + r.elementwise_intermediate_bytes * width / self.tp)
+
+    def _attention_setup(self, model, kv_cache, tp) -> None:
+        # KV heads split across TP ranks; with more ranks than KV heads each rank keeps a copy of
+        # one (MLA's single latent is replicated on every rank).
+        share = 1.0 if model.mla else max(1.0, model.num_kv_heads / tp) / model.num_kv_heads
+        full_v, sliding_v = arch.kv_values_per_token(model)
+        kvb = kv_cache.bytes_per_value
+        self.kv_values_full, self.kv_values_sliding = full_v * share, sliding_v * share
+        self.kv_full_bytes, self.kv_sliding_bytes = self.kv_values_full * kvb, self.kv_values_sliding * kvb
+        self.window = model.sliding_window_tokens or 0
+        counts = model.layer_counts
+        self.attention_layers = counts.full + counts.sliding
+        per_layer = arch.attention_flops_per_context_token(model) / tp
+        self.attn_flops_full, self.attn_flops_sliding = per_layer * counts.full, per_layer * counts.sliding
+        scores = (self.rates.score_bytes_per_pair if self.rates else 0.0) * model.num_heads / tp
+        self.score_bytes_full, self.score_bytes_sliding = scores * counts.full, scores * counts.sliding
+        self.dequant_flops_per_value = kv_cache.dequant_flops_per_value
+        seq_s = self.rates.attention_seq_s if self.rates is not None and self.mode == "realistic" else 0.0
+        kv_heads = 1.0 if model.mla else max(1.0, model.num_kv_heads / tp)
+        self.attention_seq_s = seq_s * kv_heads * self.attention_layers  # per sequence, all layers
+
+    # ---------------------------------------------------------------- fixed times
+
+    def fixed_seconds(self, num_tokens: int, num_seqs: int, decode_only: bool) -> tuple[float, float]:
+        """(overhead_s, allreduce_s) of a step: host time, per-layer and per-kernel GPU fixed
+        times; and the TP all-reduces. Zero in document mode."""
+        r = self.rates
+        if r is None:
+            return 0.0, 0.0
+        host = r.step_s + r.seq_s * num_seqs
+        if decode_only:
+            host = host / r.steps_per_schedule
+        layer = r.layer_graph_s if r.uses_graph(num_tokens, decode_only) else r.layer_eager_s
+        overhead = host + layer * self.num_layers
+        return overhead, r.allreduce_s(num_tokens, self.hidden_size, self.num_layers)
+
+    # ---------------------------------------------------------------- GEMM part (depends on T only)
+
+    def experts_touched(self, num_tokens: int) -> float:
+        """Expected distinct experts per MoE layer when num_tokens each pick k of E uniformly."""
+        e, k = self.num_experts, self.experts_per_token
+        if not e:
+            return 0.0
+        return e * (1.0 - (1.0 - k / e) ** num_tokens)
+
+    def gemm_part(self, num_tokens: int, num_logits: int, num_seqs: int) -> tuple[float, float, float, float]:
+        """(compute_s, memory_s, flops, bytes) of the matmuls of a step with num_tokens tokens."""
+        if self.mode == "document":
+            flops = self.doc_flops_per_token * num_tokens
+            byts = self.total_weight_bytes
+            return flops / (self.eta_fl * self.peak), byts / (self.eta_bw * self.bandwidth), flops, byts
+        flops = self.body_flops_per_token * num_tokens + self.head_flops_per_logit * num_logits
+        byts = self.dense_weight_bytes + self.moe_layers * self.experts_touched(num_tokens) * self.expert_bytes
+        byts += self.state_bytes_per_seq * num_seqs
+        eta = self.eta_fl * num_tokens / (num_tokens + self.half_tokens)
+        return flops / (eta * self.peak), byts / (self.eta_bw * self.bandwidth), flops, byts
+
+    def elementwise_part(self, num_tokens: int) -> tuple[float, float]:
+        """(seconds, bytes) of the memory-bound kernels between the GEMMs (norms, rope, activation
+        function, residual adds, dtype conversions; per the engine's profile), plus, for engines
+        that dequantise weight-only formats to fp16 before large GEMMs, writing and reading
+        that copy. Runs after the GEMMs, so it adds to the step time."""
+        r = self.rates
+        if r is None or self.mode != "realistic":
+            return 0.0, 0.0
+        byts = self.elementwise_bytes_per_token * num_tokens
+        if r.dequant_above_tokens is not None and num_tokens > r.dequant_above_tokens:
+            wb = self.weights_format.bytes_per_value
+            byts += self.dense_weight_bytes / wb * (2.0 + wb)
+        return byts / (self.eta_bw * self.bandwidth), byts
+
+    # ---------------------------------------------------------------- attention part
+
+    def attention_part(self, ctx_full: float, ctx_sliding: float, pairs_full: float, pairs_sliding: float,
+                       num_tokens: float, num_seqs: float = 0.0) -> tuple[float, float, float, float]:
+        """(compute_s, memory_s, flops, bytes) of attention in one step.
+
+        ctx_*: context positions read from the cache, summed over sequences; pairs_*: (new token,
+        attended position) pairs, summed. The kernels' fixed cost per sequence and layer sits on
+        the compute side: it overlaps with streaming a long context and shows with short ones.
+        attention_arrays is the same expression over numpy arrays of steps: keep the two identical
+        (tests/test_cost_model.py compares their bits).
+        """
+        if self.mode == "document":
+            return 0.0, 0.0, 0.0, 0.0
+        read = self.kv_full_bytes * ctx_full + self.kv_sliding_bytes * ctx_sliding
+        read = read + (self.score_bytes_full * pairs_full + self.score_bytes_sliding * pairs_sliding)
+        byts = read + (self.kv_full_bytes + self.kv_sliding_bytes) * num_tokens
+        flops = self.attn_flops_full * pairs_full + self.attn_flops_sliding * pairs_sliding
+        values_read = self.kv_values_full * ctx_full + self.kv_values_sliding * ctx_sliding
+        dequant = self.dequant_flops_per_value * values_read
+        compute_s = flops / (self.eta_attn_fl * self.attn_peak) + dequant / (self.eta_attn_fl * self.vector_peak)
+        compute_s = compute_s + self.attention_seq_s * num_seqs
+        return compute_s, byts / (self.eta_attn_bw * self.bandwidth), flops + dequant, byts
+
+    def attention_arrays(self, ctx_full: np.ndarray, ctx_sliding: np.ndarray, pairs_full: np.ndarray,
+                         pairs_sliding: np.ndarray, num_tokens: np.ndarray, num_seqs: np.ndarray) -> tuple:
+        """attention_part for many steps at once (numpy arrays, one entry per step): the same
+        operations in the same order, so each entry has the bits attention_part gives."""
+        if self.mode == "document":
+            zero = ctx_full * 0.0
+            return zero, zero, zero, zero
+        read = self.kv_full_bytes * ctx_full + self.kv_sliding_bytes * ctx_sliding
+        read = read + (self.score_bytes_full * pairs_full + self.score_bytes_sliding * pairs_sliding)
+        byts = read + (self.kv_full_bytes + self.kv_sliding_bytes) * num_tokens
+        flops = self.attn_flops_full * pairs_full + self.attn_flops_sliding * pairs_sliding
+        values_read = self.kv_values_full * ctx_full + self.kv_values_sliding * ctx_sliding
+        dequant = self.dequant_flops_per_value * values_read
+        compute_s = flops / (self.eta_attn_fl * self.attn_peak) + dequant / (self.eta_attn_fl * self.vector_peak)
+        compute_s = compute_s + self.attention_seq_s * num_seqs
+        return compute_s, byts / (self.eta_attn_bw * self.bandwidth), flops + dequant, byts
+
+    # ---------------------------------------------------------------- whole steps
+
+    def step_cost(self, plan: StepPlan, running: RunningSet | None = None) -> StepCost:
+        """Price any plan (prefill, decode or mixed). `running` supplies the decode aggregates
+        when the plan has decode_all."""
+        if self.mode == "unit":
+            return StepCost(self.unit_step_s, 0.0, 0.0, self.unit_step_s, 0.0, 0.0, "overhead")
+        ctx_f = ctx_s = pairs_f = pairs_s = 0
+        q = self.queries
+        logits = plan.num_decodes * q
+        draft_s = 0.0
+        if plan.num_decodes:
+            assert running is not None  # decode_all plans are priced with their running set
+            ctx_f = running.context_sum(1)
+            pairs_f = q * ctx_f + plan.num_decodes * (q * (q - 1) // 2)
+            if self.window:
+                ctx_s = running.sliding_context_sum(1)
+                pairs_s = q * ctx_s
+            if self.draft is not None:  # the draft's passes for the decoding sequences
+                draft_s = self.draft_passes * self.draft.decode_seconds(plan.num_decodes, ctx_f, 0)
+        w = self.window
+        for req, n in zip(plan.scheduled, plan.new_tokens):
+            c0 = req.computed_tokens
+            c1 = c0 + n
+            ctx_f += c1
+            pairs_f += n * c0 + n * (n + 1) // 2
+            if w:
+                ctx_s += min(c1, w)
+                pairs_s += _capped_pairs(c0, n, w)
+            if c1 == req.known_tokens:
+                logits += 1
+        num_tokens = plan.num_tokens + plan.num_decodes * (q - 1)  # a decoder computes q tokens
+        gc, gm, gf, gb = self.gemm_part(num_tokens, logits, plan.num_seqs)
+        ac, am, af, ab = self.attention_part(ctx_f, ctx_s, pairs_f, pairs_s, num_tokens, plan.num_seqs)
+        decode_only = plan.num_tokens == plan.num_seqs
+        overhead, comm = self.fixed_seconds(num_tokens, plan.num_seqs, decode_only=decode_only)
+        es, eb = self.elementwise_part(num_tokens)
+        return _combine(gc, gm, ac, am, gf + af, gb + ab + eb, overhead + comm + draft_s, es)
+
+    @staticmethod
+    def with_overhead(cost: StepCost, extra_s: float) -> StepCost:
+        """The same step held up by extra_s of other work (swap copies over PCIe)."""
+        overhead = cost.overhead_s + extra_s
+        bound = "overhead" if overhead > cost.compute_s and overhead > cost.memory_s else cost.bound
+        return StepCost(cost.seconds + extra_s, cost.compute_s, cost.memory_s, overhead, cost.flops, cost.bytes, bound)
+
+    def decode_coefficients(self, n: int) -> tuple[float, ...]:
+        """(c1, c2, c0, m1, m2, m0, d1, d0, e1, e0): a step in which n sequences decode (each
+        computing `queries` tokens: 1, or the verified drafts + 1) and attend S full-attention and
+        Ss sliding-window positions in total (from each one's first new token) takes
+            max(c1*S + c2*Ss + c0, m1*S + m2*Ss + m0) + passes * max(d1*S + d0, e1*S + e0)
+        seconds: the compute and memory sides of attention, each with the GEMM roofline and the
+        overheads folded in, then the draft model's passes. Every decode-only step, single or in
+        a macro-step, is priced by this one expression, so they round identically."""
+        cached = self._decode_cache.get(n)
+        if cached is not None:
+            return cached
+        coefs: tuple[float, ...]
+        if self.mode == "unit":
+            coefs = (0.0, 0.0, self.unit_step_s, 0.0, 0.0, self.unit_step_s, 0.0, 0.0, 0.0, 0.0)
+        else:
+            q = self.queries
+            tokens = n * q
+            gc, gm, _, _ = self.gemm_part(tokens, tokens, n)
+            overhead, comm = self.fixed_seconds(tokens, n, decode_only=True)
+            base = max(gc, gm) + (overhead + comm) + self.elementwise_part(tokens)[0]
+            draft = (0.0, 0.0, 0.0, 0.0)
+            if self.draft is not None:
+                d = self.draft.decode_coefficients(n)
+                draft = (d[0], d[2], d[3], d[5])
+            if self.mode == "document":
+                coefs = (0.0, 0.0, base, 0.0, 0.0, base) + draft
+            else:
+                coefs = self._attention_coefficients(n, q, base) + draft
+        self._decode_cache[n] = coefs
+        return coefs
+
+    def _attention_coefficients(self, n: int, q: int, base: float) -> tuple[float, ...]:
+        fl, bw = self.eta_attn_fl * self.attn_peak, self.eta_attn_bw * self.bandwidth
+        vec = self.eta_attn_fl * self.vector_peak
+        dq = self.dequant_flops_per_value
+        later = n * q * (q - 1) // 2  # verified drafts attend 1, 2, ... positions more than the first
+        return (q * self.attn_flops_full / fl + dq * self.kv_values_full / vec,
+                q * self.attn_flops_sliding / fl + dq * self.kv_values_sliding / vec,
+                base + self.attention_seq_s * n + later * (self.attn_flops_full + self.attn_flops_sliding) / fl,
+                (self.kv_full_bytes + q * self.score_bytes_full) / bw,
+                (self.kv_sliding_bytes + q * self.score_bytes_sliding) / bw,
+                (self.kv_full_bytes + self.kv_sliding_bytes) * n * q / bw + base)
+
+    def decode_seconds(self, n: int, ctx_full, ctx_sliding):
+        """Step times of decode-only steps (scalars or numpy arrays of S and Ss; see above).
+        decode_ends inlines the scalar expression in its loop: keep the two identical."""
+        c1, c2, c0, m1, m2, m0, d1, d0, e1, e0 = self.decode_coefficients(n)
+        passes = self.draft_passes
+        if isinstance(ctx_full, np.ndarray):
+            t = np.maximum(c1 * ctx_full + c2 * ctx_sliding + c0, m1 * ctx_full + m2 * ctx_sliding + m0)
+            return t + passes * np.maximum(d1 * ctx_full + d0, e1 * ctx_full + e0) if passes else t
+        t = max(c1 * ctx_full + c2 * ctx_sliding + c0, m1 * ctx_full + m2 * ctx_sliding + m0)
+        return t + passes * max(d1 * ctx_full + d0, e1 * ctx_full + e0) if passes else t
+
+    def decode_ends(self, n: int, k: int, now: float, ctx_full0: int, ctx_sliding0: int, below: int,
+                    offsets: list[int] | None = None, until: float = math.inf):
+        """End times of up to k decode steps from `now`: step j (1..k) attends ctx_full0 + n*o_j
+        positions (ctx_sliding0 + below*o_j in sliding layers), o_j = j or offsets[j-1]; times
+        summed in order from `now`. Stops after the first step ending at or after `until` (the
+        engine would stop the macro-step there anyway; the steps beyond are not priced)."""
+        c1, c2, c0, m1, m2, m0 = self.decode_coefficients(n)[:6]
+        passes = self.draft_passes
+        if until < math.inf and k > 1 and offsets is None:  # steps only get longer: bound k
+            full, sliding = ctx_full0 + n, ctx_sliding0 + below
+            first = (self.decode_seconds(n, full, sliding) if passes
+                     else max(c1 * full + c2 * sliding + c0, m1 * full + m2 * sliding + m0))
+            k = min(k, max(1, int((until - now) / first) + 2))
+        if k >= _VECTOR_FROM or passes:
+            j = np.arange(1, k + 1, dtype=np.int64) if offsets is None else np.asarray(offsets, dtype=np.int64)
+            seconds = self.decode_seconds(n, (ctx_full0 + n * j).astype(np.float64),
+                                          (ctx_sliding0 + below * j).astype(np.float64))
+            seconds[0] = now + seconds[0]
+            return np.cumsum(seconds)
+        ends, t = [], now
+        if offsets is None and not below and not ctx_sliding0:  # no sliding layers: the same sums, fewer terms
+            full = ctx_full0
+            for _ in range(k):
+                full += n
+                compute, memory = c1 * full + c0, m1 * full + m0  # c2 * 0 adds an exact 0.0
+                t = t + (compute if compute >= memory else memory)
+                ends.append(t)
+                if t >= until:
+                    break
+            return ends
+        for o in (range(1, k + 1) if offsets is None else offsets):
+            full, sliding = ctx_full0 + n * o, ctx_sliding0 + below * o
+            # decode_seconds inlined: this loop is the simulator's hottest code
+            t = t + max(c1 * full + c2 * sliding + c0, m1 * full + m2 * sliding + m0)
+            ends.append(t)
+            if t >= until:
+                break
+        return ends
+
+    def decode_detail(self, n: np.ndarray, ctx_full: np.ndarray, ctx_sliding: np.ndarray) -> DecodeSteps:
+        """FLOPs, bytes and bound of decode-only steps (vectorised over many steps at once, for
+        the step records; the times come from decode_seconds)."""
+        rows = len(n)
+        if self.mode == "unit":
+            zeros = np.zeros(rows)
+            return DecodeSteps(None, zeros, zeros, np.full(rows, 2, dtype=np.int8))
+        q = self.queries
+        # The parts that depend on the batch size alone, once per size present, looked up per step
+        # (batch sizes are small integers: a table row per size, not a sort of the steps).
+        present = np.bincount(n, minlength=1)
+        by_size = np.zeros((len(present), 7))
+        for m in np.flatnonzero(present).tolist():
+            by_size[m, 0:4] = self.gemm_part(m * q, m * q, m)
+            by_size[m, 4:6] = self.elementwise_part(m * q)
+            by_size[m, 6] = sum(self.fixed_seconds(m * q, m, decode_only=True))
+        gc, gm, gf, gb, es, eb, over = np.ascontiguousarray(by_size.T)[:, n]  # each one contiguous
+        later = n * (q * (q - 1) // 2)
+        ac, am, af, ab = self.attention_arrays(ctx_full, ctx_sliding, q * ctx_full + later, q * ctx_sliding, n * q, n)
+        compute_t = np.where(gc >= gm, gc, 0.0) + np.where(ac >= am, ac, 0.0)
+        memory_t = np.where(gm > gc, gm, 0.0) + np.where(am > ac, am, 0.0) + es
+        bound = np.where(compute_t >= memory_t, 0, 1).astype(np.int8)
+        bound[(over > compute_t) & (over > memory_t)] = 2
+        flops, byts = gf + af, gb + ab + eb
+        if self.draft is not None:
+            drafted = self.draft.decode_detail(n, ctx_full, np.zeros_like(ctx_full))
+            flops, byts = flops + self.draft_passes * drafted.flops, byts + self.draft_passes * drafted.bytes
+        return DecodeSteps(None, flops, byts, bound)
+
+
+def _capped_pairs(c0: int, n: int, window: int) -> int:
+    """Sum over new positions p = c0+1 .. c0+n of min(p, window)."""
+    lo, hi = c0 + 1, c0 + n
+    if hi <= window:
+        return n * c0 + n * (n + 1) // 2
+    if lo > window:
+        return n * window
+    below = window - c0  # positions lo..window count their own index
+    return below * c0 + below * (below + 1) // 2 + (n - below) * window
+
+
+def _combine(gc: float, gm: float, ac: float, am: float, flops: float, byts: float, overhead_s: float,
+             elementwise_s: float = 0.0) -> StepCost:
+    seconds = max(gc, gm) + max(ac, am) + elementwise_s + overhead_s
+    compute_t = (gc if gc >= gm else 0.0) + (ac if ac >= am else 0.0)
+    memory_t = (gm if gm > gc else 0.0) + (am if am > ac else 0.0) + elementwise_s
+    if overhead_s > compute_t and overhead_s > memory_t:
+        bound = "overhead"
+    else:
+        bound = "compute" if compute_t >= memory_t else "memory"
+    return StepCost(seconds, gc + ac, gm + am + elementwise_s, overhead_s, flops, byts, bound)

@@ -1,0 +1,511 @@
+"""The per-step record (one row per forward pass), kept compact and expanded on demand.
+
+A single step is one row of numbers. A macro-step is one segment: its step end times and the few
+numbers every per-step value follows from (batch, context, blocks, tokens). `columns()` expands
+all rows at once, vectorised, in time order (`frame()`: the same as a DataFrame). A run with more
+than LARGE_RUN_STEPS forward passes is summarised chunk by chunk instead (`totals`), and its steps
+table has one row per macro-step (`segment_columns`, column `steps`; `segment_parts` gives it a
+chunk at a time, for steps.csv), so a million-request run stays within memory.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+LARGE_RUN_STEPS = 3_000_000
+CHUNK_SEGMENTS = 25_000  # decode segments read at a time (step totals, gap statistics)
+_TOTALS_ROWS = 100_000  # a large run's sums are taken over this many steps at a time
+# Decode steps expanded at a time by columns(): 15,000 float64 values are 120 KB, below glibc's
+# 128 KiB threshold for giving an allocation its own fresh pages.
+_EXPAND_STEPS = 15_000
+
+
+class Rows:
+    """Fixed-width numeric rows kept as one flat buffer (one C call per row, one zero-copy matrix
+    at the end). Integer buffers start narrow (int32) and widen to int64 the first time a value
+    needs it, so they cost half as much while every value stays exact. A row is packed by a
+    precompiled struct: array.extend converted each value through the argument parser, which
+    took a quarter of the engine's time once the engine was compiled."""
+
+    _WIDER = {"h": "i", "i": "q"}
+
+    def __init__(self, width: int, typecode: str = "d") -> None:
+        self.width = width
+        self.data = bytearray()
+        self._set_type(typecode)
+
+    def _set_type(self, typecode: str) -> None:
+        self.typecode = typecode
+        packer = struct.Struct(f"={self.width}{typecode}")  # native order, standard sizes (numpy's)
+        self.pack, self.row_bytes = packer.pack, packer.size
+
+    def __len__(self) -> int:
+        return len(self.data) // self.row_bytes
+
+    def add(self, values) -> None:
+        try:
+            self.data += self.pack(*values)
+        except struct.error:
+            self.widen_for(values)
+
+    def widen_for(self, values) -> None:
+        """A value of this row does not fit the type: widen the buffer, then add the row."""
+        if self.typecode not in self._WIDER:
+            raise OverflowError(f"a value of {tuple(values)} does not fit a '{self.typecode}' record")
+        old = np.frombuffer(self.data, dtype=self.typecode)
+        self._set_type(self._WIDER[self.typecode])
+        self.data = bytearray(old.astype(self.typecode).tobytes())
+        self.add(values)
+
+    def matrix(self) -> np.ndarray:
+        return np.frombuffer(self.data, dtype=self.typecode).reshape(-1, self.width)
+
+
+class Records:
+    """Rows of named numeric fields: the float ones in a float64 buffer, the rest in an integer
+    one (Rows: int32 until a value needs int64)."""
+
+    def __init__(self, fields: tuple[str, ...], floats: tuple[str, ...]) -> None:
+        self.fields = fields
+        self._float_names = tuple(f for f in fields if f in floats)
+        self._int_names = tuple(f for f in fields if f not in floats)
+        self._f = Rows(len(self._float_names), "d")
+        self._i = Rows(len(self._int_names), "i")
+
+    def __len__(self) -> int:
+        return len(self._i) if self._int_names else len(self._f)
+
+    def add(self, floats: tuple, ints: tuple) -> None:
+        """One row: its float fields, then the others, each in field order."""
+        self._f.data += self._f.pack(*floats)  # float64 takes any float: no widening to handle
+        self._i.add(ints)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Each field's column (views into the buffers: read them once the rows are all in)."""
+        f, i = self._f.matrix(), self._i.matrix()
+        out = {name: f[:, j] for j, name in enumerate(self._float_names)}
+        out.update({name: i[:, j] for j, name in enumerate(self._int_names)})
+        return {name: out[name] for name in self.fields}
+
+
+# The steps table's columns (a per-macro-step table adds `steps`). Module-level so that plain
+# Python can read them: compiled, StepLog's class attributes are descriptors on the class.
+STEP_COLUMNS = ("end_s", "duration_s", "replica", "num_seqs", "slots", "prefill_tokens", "decode_tokens", "bound",
+                "flops", "bytes", "kv_used_units", "kv_held_tokens", "kv_stored_tokens", "waiting", "preempted",
+                "kv_shared_units")
+
+
+class StepLog:
+    COLUMNS = STEP_COLUMNS
+    DTYPES = (np.float64, np.float64, np.int16, np.int32, np.int32, np.int32, np.int32, np.int8, np.float64,
+              np.float64, np.int32, np.int64, np.int64, np.int32, np.int16, np.int32)
+    _FLOATS = ("end_s", "duration_s", "flops", "bytes")
+    # segment row: k, start_s, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0,
+    # ctx_sliding0, below_window, shared, step0, state_units, waiting_last, cut_last
+    _SEG = ("k", "start", "replica", "n", "slots", "used0", "stored0", "waiting", "ctx_full0", "ctx_sliding0",
+            "below", "shared", "step0", "state", "waiting_last", "cut_last")
+
+    def __init__(self, block_size: int = 16, schedule=None, paged: bool = True) -> None:
+        self.block_size = block_size  # tokens per unit of kv_used_units (contiguous: 1)
+        self.paged = paged  # blocks grow with the tokens (contiguous reservations do not)
+        self.schedule = schedule  # tokens a decoder gains per step (None: one; see capsim.sim.speculative)
+        self.rows = 0
+        # Single steps also carry `emitters`: decoders whose shared inter-token gap is the step's
+        # duration (the engine leaves it out of the GapLog then; decoder_gaps() hands it over).
+        self._single = Records(self.COLUMNS + ("emitters",), self._FLOATS)
+        self._segments = Records(self._SEG, ("start",))
+        self._first: np.ndarray | None = None  # each segment's first index into _ends (see _seg)
+        self._ends = bytearray()  # every segment's step end times, flat (float64)
+        self._end_packers: dict[int, struct.Struct] = {}
+        self._residues = Rows(block_size, "h")  # decoders per block residue (int16 until one needs more)
+        self._no_residues = (0,) * block_size
+        self._waiting_steps: dict[int, np.ndarray] = {}  # segments whose queue changed mid-way
+
+    def __len__(self) -> int:
+        return self.rows
+
+    @property
+    def large(self) -> bool:
+        return self.rows > LARGE_RUN_STEPS
+
+    @property
+    def segment_ends(self) -> np.ndarray:
+        return np.frombuffer(self._ends, dtype=np.float64)
+
+    def add(self, end_s, duration_s, replica, num_seqs, slots, prefill_tokens, decode_tokens, bound, flops, bytes_,
+            kv_used_units, kv_held_tokens, kv_stored_tokens, waiting, preempted, kv_shared_units,
+            emitters: int = 0) -> None:
+        """One step, the values in COLUMNS order; `emitters`: decoders that emitted together at
+        the step's start and again at its end (their gap is its duration; see decoder_gaps)."""
+        self._single.add((end_s, duration_s, flops, bytes_),
+                         (replica, num_seqs, slots, prefill_tokens, decode_tokens, bound, kv_used_units,
+                          kv_held_tokens, kv_stored_tokens, waiting, preempted, kv_shared_units, emitters))
+        self.rows += 1
+
+    def add_segment(self, ends, start_s: float, replica: int, num_seqs: int, slots: int, used0: int,
+                    residues: tuple[int, ...] | None, stored0: int, waiting, ctx_full0: int, ctx_sliding0: int,
+                    below_window: int, shared: int = 0, step0: int = 0, state_units: int = 0,
+                    waiting_last: int | None = None, cut_last: int = 0) -> None:
+        """len(ends) decode steps of num_seqs sequences from start_s. Step j (1..k) attends
+        ctx_full0 + num_seqs*o_j positions (ctx_sliding0 + below_window*o_j in sliding layers),
+        holds used0 + the blocks `residues` add over its tokens, and stored0 + num_seqs*g_j
+        tokens (o_j, g_j: j, or the speculative schedule's); `waiting` is the queue length (a
+        number, or one per step; waiting_last: the last step's, when only it differs); state_units
+        of used are per-sequence state, not token slots; cut_last: tokens the last step gave
+        finishing sequences beyond what they wanted (speculative decoding), not stored."""
+        k = len(ends)
+        if isinstance(ends, np.ndarray):
+            self._ends += ends.astype(np.float64, copy=False).tobytes()
+        else:
+            packer = self._end_packers.get(k)
+            if packer is None:  # one compiled format per run length (struct.pack would parse it per call)
+                packer = self._end_packers[k] = struct.Struct(f"={k}d")
+            self._ends += packer.pack(*ends)
+        if not isinstance(waiting, int):
+            self._waiting_steps[len(self._segments)] = waiting
+            waiting = waiting_last = 0
+        elif waiting_last is None:
+            waiting_last = waiting
+        self._segments.add((start_s,), (k, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0,
+                                         ctx_sliding0, below_window, shared, step0, state_units, waiting_last,
+                                         cut_last))
+        self._residues.add(residues or self._no_residues)
+        self.rows += k
+
+    def decoder_gaps(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(gap_s, count, end_s) of the inter-token gaps single steps carry: each step's duration,
+        shared by its `emitters`, ending with the step (GapLog.view takes them with the rest)."""
+        single = self._single.columns()
+        carried = single["emitters"] > 0
+        return single["duration_s"][carried], single["emitters"][carried], single["end_s"][carried]
+
+    @property
+    def segment_starts(self) -> np.ndarray:
+        """Each decode segment's start time (its first step's gap begins there)."""
+        return self._seg()["start"].copy()
+
+    def _seg(self) -> dict[str, np.ndarray]:
+        """The segments' columns (views: not kept, or the buffers could not grow), plus `first`:
+        each segment's first index into the flat end times."""
+        cols = self._segments.columns()
+        if self._first is None or len(self._first) != len(cols["k"]):
+            ks = cols["k"].astype(np.int64)
+            self._first = np.cumsum(ks) - ks
+        return cols | {"first": self._first}
+
+    # ------------------------------------------------------------------ expansion
+
+    def columns(self, pricer) -> dict[str, np.ndarray]:
+        """Every forward pass, in time order, as numpy columns (COLUMNS). `pricer(n, ctx_full,
+        ctx_sliding)` gives the FLOPs, bytes and bound of decode steps (CostModel.decode_detail).
+
+        Each column is allocated once, in its final type, and the decode segments are expanded
+        a few thousand steps at a time straight into their rows: the intermediate arrays stay
+        small (cache-sized, and reused from the heap instead of fresh pages from the kernel)."""
+        out = {name: np.empty(self.rows, dtype=dt) for name, dt in zip(self.COLUMNS, self.DTYPES)}
+        if not self.rows:
+            return out
+        single = self._single_columns() if len(self._single) else None
+        seg = self._seg()
+        ks = seg["k"]
+        ends = self.segment_ends
+        row = _rows_in_time_order(single, ends, seg["replica"], ks)  # each step's row: singles, then segment steps
+        if single is not None:
+            for name in self.COLUMNS:
+                out[name][row[:len(single["end_s"])]] = single[name]
+        into = row[len(row) - len(ends):]
+        first = seg["first"]
+        for a, b in _step_chunks(ks, _EXPAND_STEPS):
+            part = self._expand(pricer, a, b)
+            where = into[first[a]:first[b - 1] + int(ks[b - 1])]
+            for name in self.COLUMNS:
+                out[name][where] = part[name]
+        return out
+
+    def frame(self, pricer) -> pd.DataFrame:
+        """columns() as a DataFrame (the steps table)."""
+        return as_frame(self.columns(pricer))
+
+    def segment_columns(self, pricer) -> dict[str, np.ndarray]:
+        """One row per single step and one per macro-step (its last step's state; duration,
+        tokens, FLOPs and bytes summed; `steps` forward passes in the row): segment_parts joined."""
+        return _joined(list(self.segment_parts(pricer)), self.COLUMNS + ("steps",), self.DTYPES + (np.int64,))
+
+    def segment_parts(self, pricer) -> Iterator[dict[str, np.ndarray]]:
+        """segment_columns' rows in time order (replica breaking ties, single steps before
+        macro-steps), a chunk of macro-steps at a time with the single steps that fall among
+        them, so the whole table never exists at once: steps.csv of a million requests is
+        written from these. Both kinds of record are appended as their steps end, so each is in
+        time order already; the parts are a merge of the two."""
+        columns, dtypes = self.COLUMNS + ("steps",), self.DTYPES + (np.int64,)
+        single: dict[str, np.ndarray] = {}
+        if len(self._single):
+            single = _sorted(self._single_columns() | {"steps": np.ones(len(self._single), dtype=np.int64)})
+        n_single = len(self._single)
+        seg = self._seg()
+        ks = seg["k"].astype(np.int64)
+        last_end = self.segment_ends[seg["first"] + ks - 1] if len(ks) else np.zeros(0)
+        if (np.diff(last_end) < 0).any():
+            raise RuntimeError("macro-steps were recorded out of time order (a capsim bug)")
+        taken = 0  # single steps already in a part
+        for a, b in _tie_chunks(last_end, CHUNK_SEGMENTS):
+            part = _per_segment(self._expand(pricer, a, b), ks[a:b])
+            part = _sorted({name: part[name].astype(dt, copy=False) for name, dt in zip(columns, dtypes)})
+            before = _rows_at_or_before(single, part) if n_single else np.zeros(b - a, dtype=np.int64)
+            upto = n_single if b == len(ks) else int(before[-1])
+            yield _merged(single, taken, upto, part, before - taken)
+            taken = upto
+        if not len(ks) and n_single:
+            yield single
+
+    def totals(self, pricer) -> dict:
+        """The sums the summary needs (step_totals), over every forward pass; large runs in chunks."""
+        if not self.large:
+            return step_totals(self.columns(pricer))
+        total: dict | None = step_totals(self._single_columns()) if len(self._single) else None
+        # Sums over fixed windows of _TOTALS_ROWS steps, whatever the segments: the same bits
+        # whether the steps came as macro-steps or one by one.
+        pending: list[dict] = []
+        rows = 0
+        for a, b in self._chunks():
+            pending.append(self._expand(pricer, a, b))
+            rows += len(pending[-1]["end_s"])
+            while rows >= _TOTALS_ROWS or (b == len(self._segments) and rows):
+                cols = {name: np.concatenate([p[name] for p in pending]) for name in pending[0]}
+                window = min(rows, _TOTALS_ROWS)
+                part = step_totals({name: col[:window] for name, col in cols.items()})
+                total = part if total is None else _add_totals(total, part)
+                pending = [{name: col[window:] for name, col in cols.items()}]
+                rows -= window
+        assert total is not None  # a large run has steps
+        return total
+
+    def _chunks(self):
+        n = len(self._segments)
+        return [(a, min(a + CHUNK_SEGMENTS, n)) for a in range(0, n, CHUNK_SEGMENTS)]
+
+    def _single_columns(self) -> dict:
+        single = self._single.columns()
+        return {name: single[name].astype(dt) for name, dt in zip(self.COLUMNS, self.DTYPES)}
+
+    def _expand(self, pricer, a: int, b: int) -> dict:
+        """Per-step columns of segments a..b-1."""
+        seg = {name: col[a:b] for name, col in self._seg().items()}
+        ks = seg["k"].astype(np.int64)
+        first = np.cumsum(ks) - ks
+        which = np.repeat(np.arange(len(ks)), ks)
+        j = np.arange(int(ks.sum())) - np.repeat(first, ks) + 1  # 1..k within each segment
+        start = int(seg["first"][0]) if len(ks) else 0  # this chunk's first end time
+
+        def per_step(name, dtype=np.int64):  # a segment's value on each of its steps
+            return np.repeat(seg[name].astype(dtype), ks)
+
+        ends = np.frombuffer(self._ends, dtype=np.float64)[start:start + int(ks.sum())]
+        before = np.roll(ends, 1)
+        before[first] = seg["start"]
+        n = per_step("n")
+        gained, offset = j, j  # tokens gained by step j, and where its first new token sits
+        if self.schedule is not None and not self.schedule.single:
+            step0 = per_step("step0")
+            gained = self.schedule.total(step0 + j) - self.schedule.total(step0)
+            offset = self.schedule.total(step0 + j - 1) - self.schedule.total(step0) + 1
+        detail = pricer(n, (per_step("ctx_full0") + n * offset).astype(np.float64),
+                        (per_step("ctx_sliding0") + per_step("below") * offset).astype(np.float64))
+        used = per_step("used0") + self._growth(a, b, which, gained, n)
+        waiting = per_step("waiting")
+        waiting[first + ks - 1] = seg["waiting_last"]
+        for index, steps in self._waiting_steps.items():
+            if a <= index < b:
+                waiting[first[index - a]:first[index - a] + ks[index - a]] = steps
+        zeros = np.zeros(len(j), dtype=np.int32)
+        decode_tokens = n * _per_step_gain(gained, j)
+        stored = per_step("stored0") + n * gained
+        last, cut = first + ks - 1, seg["cut_last"].astype(np.int64)
+        decode_tokens[last] -= cut
+        stored[last] -= cut
+        return {
+            "end_s": ends, "duration_s": ends - before, "replica": per_step("replica"), "num_seqs": n,
+            "slots": per_step("slots"), "prefill_tokens": zeros, "decode_tokens": decode_tokens,
+            "bound": detail.bound, "flops": detail.flops, "bytes": detail.bytes, "kv_used_units": used,
+            "kv_held_tokens": (used - per_step("state")) * self.block_size,
+            "kv_stored_tokens": stored, "waiting": waiting, "preempted": zeros,
+            "kv_shared_units": per_step("shared"),
+        }
+
+    def _growth(self, a: int, b: int, which: np.ndarray, tokens: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """Blocks added once each sequence has gained `tokens` more: a block per sequence per
+        block_size tokens, the partial cycle read from the segment's residue histogram."""
+        bs = self.block_size
+        if not self.paged:
+            return np.zeros(len(tokens), dtype=np.int64)
+        residues = self._residues.matrix()[a:b].astype(np.int64)
+        prefix = np.concatenate((np.zeros((len(residues), 1), dtype=np.int64), np.cumsum(residues, axis=1)), axis=1)
+        return (tokens // bs) * n + prefix[which, tokens % bs]
+
+
+def _rows_in_time_order(single: dict | None, ends: np.ndarray, seg_replicas: np.ndarray,
+                        ks: np.ndarray) -> np.ndarray:
+    """The row of the table (time order, replica breaking ties, then single steps before decode
+    steps) of each single step and then each decode step."""
+    n_single = 0 if single is None else len(single["end_s"])
+    times = ends if single is None else np.concatenate((single["end_s"], ends))
+    one_replica = not seg_replicas.any() and (single is None or not single["replica"].any())
+    if one_replica:  # two sorted runs: a stable merge (np.lexsort with equal replicas orders the same)
+        order = np.argsort(times, kind="stable")
+    else:
+        replicas = np.repeat(seg_replicas, ks)
+        if single is not None:
+            replicas = np.concatenate((single["replica"], replicas))
+        order = np.lexsort((replicas, times))
+    row = np.empty(n_single + len(ends), dtype=np.intp)
+    row[order] = np.arange(len(row))
+    return row
+
+
+def _step_chunks(ks: np.ndarray, steps: int) -> list[tuple[int, int]]:
+    """Runs of consecutive segments of about `steps` steps each (a longer segment on its own)."""
+    ends = np.cumsum(ks, dtype=np.int64)
+    chunks, a, n = [], 0, len(ks)
+    while a < n:
+        base = int(ends[a - 1]) if a else 0
+        b = max(a + 1, int(np.searchsorted(ends, base + steps, side="right")))
+        chunks.append((a, min(b, n)))
+        a = b
+    return chunks
+
+
+def _per_step_gain(gained: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Tokens gained in each step from the running totals (a segment's first step: its total)."""
+    step = np.diff(gained, prepend=0)
+    first = j == 1
+    step[first] = gained[first]
+    return step
+
+
+def _joined(parts: list[dict], columns: tuple, dtypes: tuple) -> dict[str, np.ndarray]:
+    """The parts' rows as one table, built a column at a time, each part's copy of a column
+    popped once it is joined (the parts end up empty), so a million-request run's table never
+    exists twice over."""
+    if not parts:
+        return {name: np.zeros(0, dtype=dt) for name, dt in zip(columns, dtypes)}
+    return {name: np.concatenate([p.pop(name) for p in parts]) for name in columns}
+
+
+def _sorted(table: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The rows in time order, replica breaking ties (stable: equal keys keep their order)."""
+    end, replica = table["end_s"], table["replica"]
+    if ((end[1:] > end[:-1]) | ((end[1:] == end[:-1]) & (replica[1:] >= replica[:-1]))).all():
+        return table
+    order = np.lexsort((replica, end))
+    return {name: col[order] for name, col in table.items()}
+
+
+def _tie_chunks(last_end: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """Runs of about `size` segments, never splitting segments that end at the same time (their
+    order, by replica, is settled within one run)."""
+    chunks, a, n = [], 0, len(last_end)
+    while a < n:
+        b = min(a + size, n)
+        while b < n and last_end[b] == last_end[b - 1]:
+            b += 1
+        chunks.append((a, b))
+        a = b
+    return chunks
+
+
+def _rows_at_or_before(single: dict[str, np.ndarray], part: dict[str, np.ndarray]) -> np.ndarray:
+    """For each row of `part`, how many single steps come before it: those ending earlier, or
+    at the same time on a replica numbered no higher (both tables sorted that way)."""
+    s_end, end = single["end_s"], part["end_s"]
+    low = np.searchsorted(s_end, end, side="left")
+    high = np.searchsorted(s_end, end, side="right")
+    count = low.astype(np.int64)
+    s_replica, replica = single["replica"], part["replica"]
+    for i in np.flatnonzero(high > low).tolist():  # same end time (with several replicas): by replica
+        count[i] += int(np.searchsorted(s_replica[low[i]:high[i]], replica[i], side="right"))
+    return count
+
+
+def _merged(single: dict[str, np.ndarray], taken: int, upto: int, part: dict[str, np.ndarray],
+            before: np.ndarray) -> dict[str, np.ndarray]:
+    """Single steps taken..upto-1 and the rows of `part` in one table; `before[i]`: how many of
+    those single steps come before part's row i."""
+    if upto == taken:
+        return part
+    rows = len(before)
+    at = np.arange(rows) + before  # each part row's place in the merged table
+    is_single = np.ones(rows + upto - taken, dtype=bool)
+    is_single[at] = False
+    out = {}
+    for name, col in part.items():
+        merged = np.empty(len(is_single), dtype=col.dtype)
+        merged[at] = col
+        merged[is_single] = single[name][taken:upto]
+        out[name] = merged
+    return out
+
+
+def as_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """A steps table from its columns (pandas is imported here, when a table is wanted)."""
+    import pandas as pd
+
+    return pd.DataFrame(columns)
+
+
+def _per_segment(cols: dict, ks: np.ndarray) -> dict:
+    """Collapse each segment's per-step rows into one (last step's state, sums of the flows)."""
+    starts = np.cumsum(ks) - ks
+    last = starts + ks - 1
+    out = {name: col[last] for name, col in cols.items()}
+    for name in ("duration_s", "decode_tokens", "flops", "bytes"):
+        out[name] = np.add.reduceat(cols[name], starts)
+    time_in = {code: np.add.reduceat(np.where(cols["bound"] == code, cols["duration_s"], 0.0), starts) for code in range(3)}
+    out["bound"] = np.argmax(np.stack([time_in[c] for c in range(3)]), axis=0).astype(np.int8)
+    out["steps"] = ks
+    return out
+
+
+def step_totals(cols: dict) -> dict:
+    """The per-step sums the summary is made of. The products and casts go through one scratch
+    array (the same bits as `(x.astype(float64) * dt).sum()`: the ufunc casts each value as astype
+    does, and the sum runs over a contiguous float64 array either way); a fresh temporary per
+    figure cost a fresh process a page fault per 4 KiB of each."""
+    dt = cols["duration_s"]
+    scratch = np.empty(len(dt))
+
+    def total(values, weighted: bool = False) -> float:
+        if weighted:
+            np.multiply(values, dt, out=scratch)
+        else:
+            np.copyto(scratch, values)
+        return float(scratch.sum())
+
+    seqs, bound = cols["num_seqs"], cols["bound"]
+    return {
+        "steps": int(len(dt)), "busy_s": float(dt.sum()), "seqs": total(seqs), "slots": total(cols["slots"]),
+        "held_time": total(cols["kv_held_tokens"], True), "stored_time": total(cols["kv_stored_tokens"], True),
+        "flops": float(cols["flops"].sum()), "bytes": float(cols["bytes"].sum()),
+        "seqs_time": total(seqs, True), "max_seqs": int(seqs.max()) if len(seqs) else 0,
+        "bound_s": [float(dt[bound == i].sum()) for i in range(3)],
+        "shared_time": total(cols["kv_shared_units"], True),
+        "max_shared": int(cols["kv_shared_units"].max()) if len(dt) else 0,
+    }
+
+
+def _add_totals(a: dict, b: dict) -> dict:
+    out = {}
+    for key, value in a.items():
+        if key.startswith("max_"):
+            out[key] = max(value, b[key])
+        elif isinstance(value, list):
+            out[key] = [x + y for x, y in zip(value, b[key])]
+        else:
+            out[key] = value + b[key]
+    return out

@@ -1,0 +1,175 @@
+"""Serving-engine profiles (`--engine vllm|sglang|trt-llm|llama.cpp`): what an engine adds to the
+GPU's roofline and which scheduling and memory defaults it starts from.
+
+Each profile lives in capsim/data/engines.yaml with a source for every number. A profile may
+`extends:` another (an older release of the same engine): it then lists only what differs. The
+cost model reads `overhead`, `kernels_per_layer`, `cuda_graphs` and `kernel_efficiency`; the KV
+sizing (capsim.cost.memory) reads `kv_memory`, `gpu_memory_utilization` and `memory`; simulate.resolve
+applies `scheduler` where the workload leaves a field unset.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from capsim.spec.config import Frozen, read_yaml, validate
+from capsim.errors import CapsimError, did_you_mean, quote
+
+
+class EngineScheduler(Frozen):
+    """The engine's scheduling defaults (vLLM's names)."""
+
+    kind: Literal["static", "continuous", "chunked"]
+    max_num_seqs: int = Field(gt=0)
+    max_num_batched_tokens: int | None = Field(None, gt=0, description="None: max(max_model_len, 2048)")
+    block_size: int = Field(gt=0)
+
+
+class LargeGpuDefaults(Frozen):
+    """Scheduler defaults that replace `scheduler`'s on GPUs with at least this much memory (vLLM
+    raises its defaults on H100/H200/MI300-class GPUs, but not on the A100)."""
+
+    min_memory_bytes: float = Field(gt=0)
+    except_names: list[str] = []
+    max_num_seqs: int = Field(gt=0)
+    max_num_batched_tokens: int = Field(gt=0)
+
+
+class ElementwiseBytes(Frozen):
+    """Memory traffic of the non-GEMM kernels (norms, rope, activation function, residual adds,
+    dtype conversions) per token per layer: hidden x hidden_size + intermediate x MLP width bytes."""
+
+    hidden: float = Field(0.0, ge=0)
+    intermediate: float = Field(0.0, ge=0)
+
+
+class EngineOverhead(Frozen):
+    """Host-side time per forward pass that the GPU waits for (scheduling, input preparation,
+    sampling, output processing): step_s + seq_s x running sequences. Multi-step scheduling runs
+    `steps_per_schedule` decode steps per scheduler call, so decode-only steps pay 1/that."""
+
+    step_s: float = Field(0.0, ge=0)
+    seq_s: float = Field(0.0, ge=0)
+    steps_per_schedule: int = Field(1, gt=0)
+
+
+class KernelEfficiency(Frozen):
+    """Multipliers on the GPU profile's efficiencies for this engine's kernels (1 = the GPU's
+    achievable rate): `bandwidth` for weight reads (GEMV), `attention_bandwidth` for KV reads.
+    `weight_formats` overrides `bandwidth` per weight format."""
+
+    bandwidth: float = Field(1.0, gt=0, le=1.5)
+    attention_bandwidth: float = Field(1.0, gt=0, le=1.5)
+    compute: float = Field(1.0, gt=0, le=1.5)
+    attention_compute: float = Field(1.0, gt=0, le=1.5)
+    weight_formats: dict[str, float] = {}
+    fp16_accumulate: bool = Field(False, description="fp16 GEMMs accumulate in fp16 (GeForce: twice the rate)")
+
+
+class EngineMemory(Frozen):
+    """How the engine sizes its KV cache (see capsim.cost.memory): a runtime reserve outside the
+    framework's allocator (CUDA context, cuBLAS/NCCL workspaces), and whether the activation
+    peak of a max-size step is profiled and set aside (vLLM, TensorRT-LLM) or not."""
+
+    reserve_bytes: float = Field(0.0, ge=0)
+    reserve_bytes_per_extra_gpu: float = Field(0.0, ge=0, description="extra reserve per TP rank above 1 (NCCL)")
+    activation_peak: bool = True
+    sampler_buffers: int = Field(3, ge=0, description="fp32 vocab-sized buffers per sequence in the sampler")
+
+
+class EngineProfile(Frozen):
+    name: str
+    aliases: list[str] = []
+    version: str
+    description: str = ""
+    scheduler: EngineScheduler
+    gpu_memory_utilization: float = Field(gt=0, le=1)
+    kv_memory: Literal["total_fraction", "free_fraction"] = Field(
+        "total_fraction", description="total x utilisation - the rest (vLLM, SGLang), or (total - the rest) "
+        "x fraction (TensorRT-LLM's kv_cache_free_gpu_mem_fraction)")
+    scheduler_large_gpu: LargeGpuDefaults | None = None
+    cuda_graphs: bool = True
+    cuda_graph_max_batch: int | None = Field(None, gt=0, description="larger decode batches run eagerly")
+    kernels_per_layer: float = Field(gt=0)
+    extra_kernels_quantized: float = Field(0.0, ge=0, description="more kernels per layer with weight-only "
+                                           "quantised formats (activation quantisation before each GEMV)")
+    flash_attention: bool = Field(True, description="False: attention scores are materialised in fp32 and "
+                                  "read and written by the softmax (memory traffic per head per pair)")
+    elementwise_bytes: ElementwiseBytes = ElementwiseBytes()
+    dequant_gemm_above_tokens: int | None = Field(
+        None, gt=0, description="steps with more tokens dequantise weight-only-quantised weights to fp16 before "
+        "each GEMM (llama.cpp's cuBLAS path): the fp16 copy is written and read once per step")
+    allreduce_latency_s: float | None = Field(
+        None, ge=0, description="the engine's custom all-reduce kernel (small messages); None: the GPU's NCCL figure")
+    overhead: EngineOverhead = EngineOverhead()
+    kernel_efficiency: KernelEfficiency = KernelEfficiency()
+    memory: EngineMemory = EngineMemory()
+    sources: dict[str, str]
+    notes: str = ""
+
+    def scheduler_for(self, memory_bytes: float, gpu_name: str) -> EngineScheduler:
+        """The scheduling defaults on a GPU with this much memory (see LargeGpuDefaults)."""
+        big = self.scheduler_large_gpu
+        if big is None or memory_bytes < big.min_memory_bytes or any(n in gpu_name for n in big.except_names):
+            return self.scheduler
+        return self.scheduler.model_copy(update={"max_num_seqs": big.max_num_seqs,
+                                                 "max_num_batched_tokens": big.max_num_batched_tokens})
+
+    def kernels_for(self, weight_only_quantised: bool) -> float:
+        """Kernels launched per layer per step."""
+        return self.kernels_per_layer + (self.extra_kernels_quantized if weight_only_quantised else 0.0)
+
+
+def _data_path() -> Path:
+    return Path(str(resources.files("capsim.spec.data").joinpath("engines.yaml")))
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """Two-level merge: a sub-block given in `over` updates the base's block key by key."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            out[key] = {**base[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+@cache
+def engine_catalog() -> dict[str, EngineProfile]:
+    """Every engine profile by name, with `extends:` resolved."""
+    path = _data_path()
+    raw = read_yaml(path)
+    if not isinstance(raw, list):
+        raise CapsimError(f"{path}: expected a list of engine profiles.")
+    by_name = {e.get("name"): e for e in raw if isinstance(e, dict)}
+    profiles = {}
+    for i, entry in enumerate(raw):
+        name = entry.get("name", f"[{i}]") if isinstance(entry, dict) else f"[{i}]"
+        data = dict(entry) if isinstance(entry, dict) else entry
+        parent = data.pop("extends", None) if isinstance(data, dict) else None
+        if parent is not None:
+            if parent not in by_name:
+                raise CapsimError(f"{path} (engine {name}): field 'extends' names unknown engine {parent!r}.")
+            base = {k: v for k, v in by_name[parent].items() if k not in ("aliases", "extends")}
+            data = _merge(base, data)
+        profiles[name] = validate(EngineProfile, data, f"{path} (engine {name})")
+    return profiles
+
+
+def load_engine(name: str) -> EngineProfile:
+    """An engine profile by name or alias (case-insensitive)."""
+    catalog = engine_catalog()
+    table = {k.lower(): k for k in catalog}
+    for key, prof in catalog.items():
+        table.update({a.lower(): key for a in prof.aliases})
+    key = table.get(name.lower())
+    if key is None:
+        raise CapsimError(f"unknown engine {quote(name)}.{did_you_mean(name, list(table))} "
+                          f"Known engines: {', '.join(catalog)}.")
+    return catalog[key]

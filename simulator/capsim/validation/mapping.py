@@ -1,0 +1,191 @@
+"""How one validation point becomes one simulation, and which number of the run it is compared
+with. Every assumption for a field a source leaves unstated lives here, named and explained
+(validation/README.md, "How points map onto simulations"); nothing here depends on the
+measured value.
+"""
+
+from __future__ import annotations
+
+import math
+
+from capsim.spec.config import validate
+from capsim.workload.schema import WorkloadConfig
+
+
+class Skip(Exception):
+    """The simulator cannot represent this point; the message says why."""
+
+
+# ShareGPT lengths (vLLM's and SGLang's benchmark clients: first turn of each conversation, the
+# dataset's answer as the output length, pairs with a side under 4 tokens or a prompt over 1,024
+# or a total over 2,048 dropped). Means: Lambda's raw result for the first 320 prompts (73,671
+# input and 71,810 output tokens, validation/lambda-vllm-benchmark.yaml); log-normal shape with
+# sigma 1.0 (assumption: ShareGPT lengths are long-tailed; the median is then 60% of the mean).
+SHAREGPT_MEAN_PROMPT, SHAREGPT_MEAN_OUTPUT, SHAREGPT_SIGMA = 230.2, 224.4, 1.0
+SHAREGPT_MAX_PROMPT, SHAREGPT_MAX_OUTPUT = 1024, 1024
+
+# Conditions stated in each source's notes (not per-point fits): {file: workload fields}.
+SOURCE_CONDITIONS = {
+    # "usually with --kv_cache_free_gpu_mem_fraction 0.95"
+    "trtllm-perf-overview-v0.17.yaml": {"gpu_memory_utilization": 0.95},
+    "trtllm-perf-overview-v1.0.yaml": {"gpu_memory_utilization": 0.95},
+    # results JSONs are named ..._len2000: --max-model-len 2000
+    "lambda-vllm-benchmark.yaml": {"max_model_len": 2000},
+}
+
+
+def engine_for(point: dict) -> str:
+    """The engine profile of a point's engine and version (capsim/data/engines.yaml)."""
+    engine, version = str(point["engine"]), str(point.get("engine_version", ""))
+    if engine == "llama.cpp":
+        old = any(tag in version for tag in ("b1671", "Dec 2023", "2024-01", "January 2024", "#4766"))
+        return "llama.cpp@2024-01" if old else "llama.cpp"
+    if engine == "vllm":
+        if version.startswith("0.5"):
+            return "vllm@0.5"
+        if version.startswith("0.6") and "num-scheduler-steps 10" in version:
+            return "vllm@0.6-ms10"  # the SGLang benchmark ran vLLM 0.6.0 with --num-scheduler-steps 10
+        if version.startswith(("0.9", "0.1")):
+            return "vllm"  # V1 engine (default since 0.8); the profile describes 0.10-0.11
+        raise Skip(f"no engine profile for vLLM {version} (profiles: 0.5, 0.6 multi-step, V1 0.9-0.11)")
+    if engine == "sglang":
+        return "sglang@0.3"  # the only SGLang profile; 0.4 builds are mapped to it
+    if engine in ("trt-llm", "nim"):
+        # NIM serves TensorRT-LLM engines where NVIDIA built one for the GPU (its optimisation page:
+        # 'The NVIDIA TensorRT-LLM accelerated NIM backend provides support for optimized versions of
+        # common models across a number of NVIDIA GPUs'); NIM points name such a profile (GPU, precision, TP)
+        return "trt-llm"
+    raise Skip(f"no engine profile for {engine!r}")
+
+
+def kv_format_for(point: dict) -> str:
+    """The point's KV format; unstated: TensorRT-LLM quantised builds use FP8 KV (the v0.17 page:
+    'If you specify FP8 quantization, the KV cache will automatically be set to FP8 as well'; NIM's
+    FP8 profiles are TensorRT-LLM builds, see engine_for), every other engine the model dtype
+    (vLLM/SGLang kv_cache_dtype 'auto' = bf16)."""
+    kv = str(point.get("kv_cache", "unstated"))
+    if kv != "unstated":
+        return kv
+    weights = str(point["weights"])
+    if point["engine"] in ("trt-llm", "nim") and weights in ("fp8_e4m3", "nvfp4"):
+        return "fp8_e4m3"
+    return weights if weights in ("fp16", "bf16") else "bf16"
+
+
+def _tokens(value, default: float) -> float | None:
+    """A stated length, or None for 'sharegpt' / 'unstated'."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None if value in ("sharegpt", "unstated") else default
+
+
+def _lengths(point: dict) -> dict:
+    dist = str(point.get("length_distribution", ""))
+    prompt, output = point.get("prompt_tokens"), point.get("output_tokens")
+    if dist.startswith("sharegpt"):
+        p = _tokens(prompt, SHAREGPT_MEAN_PROMPT) or SHAREGPT_MEAN_PROMPT
+        o = _tokens(output, SHAREGPT_MEAN_OUTPUT) or SHAREGPT_MEAN_OUTPUT
+        return {"prompt_tokens": {"dist": "lognormal", "mean": p, "sigma": SHAREGPT_SIGMA, "min": 4,
+                                  "max": SHAREGPT_MAX_PROMPT},
+                "output_tokens": {"dist": "lognormal", "mean": o, "sigma": SHAREGPT_SIGMA, "min": 4,
+                                  "max": SHAREGPT_MAX_OUTPUT}}
+    if dist == "uniform":
+        # SGLang's bench_serving --dataset-name random: lengths uniform on [max(1, int(N * ratio)), N]
+        ratio = float(point.get("range_ratio", 1.0))
+        bounds = [(max(1, int(float(n) * ratio)), int(n)) for n in (prompt, output)]
+        return {"prompt_tokens": {"dist": "uniform", "min": bounds[0][0], "max": bounds[0][1]},
+                "output_tokens": {"dist": "uniform", "min": bounds[1][0], "max": bounds[1][1]}}
+    p, o = _tokens(prompt, 1), _tokens(output, 1)
+    if p is None and point["group"] == "decode":
+        p = 1  # unstated prompt of a decode test: its ~100-200 tokens change the KV reads by < 1%
+    if p is None and dist == "mlperf-openorca":
+        raise Skip("mean prompt length of MLPerf's OpenOrca set (24,576 samples, at most 1,024 tokens) not stated "
+                   "in the sources read")
+    if p is None or o is None:
+        raise Skip("prompt or output length not stated")
+    return {"prompt_tokens": {"dist": "fixed", "value": max(1, int(p))},
+            "output_tokens": {"dist": "fixed", "value": max(1, int(o))}}
+
+
+def _load(point: dict) -> dict:
+    """Arrivals and request count of the point's group."""
+    group, rate = point["group"], point.get("request_rate_per_s")
+    n = point.get("num_requests") or point.get("concurrency") or point.get("batch_size") or 1
+    if group in ("decode", "prefill"):
+        return {"arrivals": {"kind": "all_at_once"}, "requests": 1}
+    if rate is None and point.get("concurrency"):
+        # closed loop (AIPerf / genai-perf --concurrency N): N requests in flight, no think time; an
+        # unstated request count is taken as 10 per user (at least 100), enough for steady-state means
+        users = int(point["concurrency"])
+        count = point.get("num_requests") or max(100, 10 * users)
+        return {"arrivals": {"kind": "closed_loop", "users": users, "think_time_s": 0.0}, "requests": int(count)}
+    if rate in (None, "inf") or (isinstance(rate, float) and math.isinf(rate)):
+        # all at once: max throughput, Lambda's request_rate inf, AMD's static batch
+        return {"arrivals": {"kind": "all_at_once"}, "requests": int(n)}
+    # open loop: Poisson (vLLM's and SGLang's clients; the TensorRT-LLM page does not say)
+    return {"arrivals": {"kind": "poisson", "rate_per_s": float(rate)}, "requests": int(n)}
+
+
+def workload_for(point: dict) -> WorkloadConfig:
+    """The simulation of one point (raises Skip when it cannot be represented)."""
+    if point["group"] == "disaggregated":
+        raise Skip("disaggregated serving not simulated yet")
+    if point["group"] == "concurrency" and point["metric"] == "output_tokens_per_s" and (point.get("num_requests") or 0) < 50 \
+            and str(point.get("length_distribution", "")).startswith("sharegpt"):
+        raise Skip("the throughput of a handful of ShareGPT requests is set by the longest answer; "
+                   "the point gives only mean lengths")
+    data = {"name": point["id"], "model": point["model"], "gpu": point["gpu"], "engine": engine_for(point),
+            "tp": int(point.get("tp") or 1), "weights": point["weights"], "kv_cache": kv_format_for(point), "seed": 0}
+    if point["weights"] == "unstated":
+        raise Skip("weight format not stated")
+    data.update(_lengths(point))
+    data.update(_load(point))
+    data.update(SOURCE_CONDITIONS.get(point["_file"], {}))
+    data.update(_point_conditions(point))
+    if point["group"] == "decode":
+        # llama-bench tgN / ./main eval: N tokens decoded after the prompt; one more output token
+        # so that N decode steps follow the first token (prefill excluded, as llama-bench does)
+        data["output_tokens"] = {"dist": "fixed", "value": int(point["output_tokens"]) + 1}
+    if point["group"] == "prefill":
+        data["output_tokens"] = {"dist": "fixed", "value": 1}
+    total = (data["prompt_tokens"].get("value", data["prompt_tokens"].get("max", SHAREGPT_MAX_PROMPT))
+             + data["output_tokens"].get("value", data["output_tokens"].get("max", SHAREGPT_MAX_OUTPUT)))
+    data.setdefault("max_model_len", max(2048, int(total) + 16))
+    return validate(WorkloadConfig, data, f"validation point {point['id']}")
+
+
+def _point_conditions(point: dict) -> dict:
+    """Server flags a source states for some of its points."""
+    out = {}
+    if point["_file"] == "sglang-benchmark-vllm060.yaml":
+        if point["engine"] == "vllm":
+            out["max_model_len"] = 4096  # "--max_model_len 4096"
+        else:  # "SGLang's mem_frac is 0.88 at TP 1 and 0.85 at TP 4" (0.88 for the offline 70B run)
+            offline = point["group"] == "max_throughput"
+            out["gpu_memory_utilization"] = 0.88 if point.get("tp", 1) == 1 or offline else 0.85
+    return out
+
+
+_STAT = {"mean": "mean", "median": "median", "p99": "p99", "mean of 3 runs": "mean"}
+
+
+def predicted_value(point: dict, s: dict) -> float:
+    """The point's metric from a run's summary."""
+    metric, stat = point["metric"], _STAT.get(str(point.get("statistic", "mean")), "mean")
+    if metric == "decode_tokens_per_s":
+        return 1000.0 / s["mean_tpot_ms"]
+    if metric == "prefill_tokens_per_s":
+        return float(point["prompt_tokens"]) / (s["mean_ttft_ms"] / 1000.0)
+    if metric == "output_tokens_per_s":
+        return s["output_throughput"]
+    if metric == "total_tokens_per_s":
+        return s["total_token_throughput"]
+    if metric == "input_tokens_per_s":
+        return s["total_token_throughput"] - s["output_throughput"]
+    if metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
+        return s[f"{stat}_{metric}"]
+    if metric == "e2el_s":
+        return s[f"{stat}_e2el_ms"] / 1000.0
+    if metric in ("ttft_ns", "tpot_ns"):  # MLPerf loadgen prints latencies in ns
+        return s[f"{stat}_{metric[:-3]}_ms"] * 1.0e6
+    raise Skip(f"metric {metric!r} has no counterpart in the run's summary")

@@ -1,0 +1,207 @@
+"""`capsim validate`: run every published measurement in validation/*.yaml through the simulator
+and compare (validation/README.md, "How points map onto simulations").
+
+Each point becomes one workload (validate_map.workload_for): the point's engine profile, GPU,
+TP, model, formats, lengths and load. The simulated run gives the point's metric and statistic;
+the error is (predicted - measured) / measured. A point the simulator cannot represent is
+reported as skipped with the reason and counts against nothing. Points are never adjusted.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from capsim.spec.config import read_yaml
+from capsim.errors import CapsimError, did_you_mean, quote
+from capsim.validation.mapping import Skip, predicted_value, workload_for
+
+GROUPS = ("decode", "prefill", "ttft", "max_throughput", "concurrency", "disaggregated")
+# The issue's targets (MAPE, %): decode 15, max throughput 20, TTFT (prefill and ttft) 25.
+TARGETS_PCT = {"decode": 15.0, "max_throughput": 20.0, "prefill+ttft": 25.0}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One point's result: measured vs predicted, or skipped with the reason."""
+
+    id: str
+    file: str
+    group: str
+    engine: str
+    gpu: str
+    tp: int
+    model: str
+    metric: str
+    statistic: str
+    measured: float
+    predicted: float | None
+    error_pct: float | None
+    status: str  # "ok", "skipped" or "failed"
+    reason: str = ""
+
+
+def find_suite(suite: str | Path | None = None) -> Path:
+    """The validation folder: `suite` if given, else ./validation, else the checkout's."""
+    candidates = [Path(suite)] if suite is not None else [Path.cwd() / "validation",
+                                                         Path(__file__).resolve().parents[2] / "validation"]
+    for path in candidates:
+        if path.is_dir() and any(path.glob("*.yaml")):
+            return path
+    where = ", ".join(str(p) for p in candidates)
+    raise CapsimError(f"no validation suite found (looked in {where}): the suite lives in the repository's "
+                      "validation/ folder, not in the installed package. Run from a checkout or pass --suite DIR.")
+
+
+def load_points(suite: Path) -> list[dict]:
+    """Every point of every YAML file in the folder, with its file name under '_file'."""
+    points = []
+    for path in sorted(suite.glob("*.yaml")):
+        data = read_yaml(path)
+        if not isinstance(data, dict) or not isinstance(data.get("points"), list):
+            raise CapsimError(f"{path}: expected a mapping with a 'points' list (see validation/README.md).")
+        for i, point in enumerate(data["points"]):
+            missing = [k for k in ("id", "group", "engine", "gpu", "model", "metric", "measured") if k not in point]
+            if missing:
+                raise CapsimError(f"{path}: point [{i}]: required field(s) missing: {', '.join(missing)}.")
+            points.append({**point, "_file": path.name})
+    ids = [p["id"] for p in points]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise CapsimError(f"{suite}: duplicate point id(s): {', '.join(dupes)}.")
+    return points
+
+
+def run_point(point: dict) -> Outcome:
+    """Simulate one point (never raises for a point: failures are reported as such)."""
+    from capsim.api import simulate
+
+    base = dict(id=point["id"], file=point["_file"], group=point["group"], engine=str(point["engine"]),
+                gpu=str(point["gpu"]), tp=int(point.get("tp") or 1), model=str(point["model"]),
+                metric=str(point["metric"]), statistic=str(point.get("statistic", "")),
+                measured=float(point["measured"]))
+    try:
+        w = workload_for(point)
+    except Skip as why:
+        return Outcome(**base, predicted=None, error_pct=None, status="skipped", reason=str(why))
+    base["engine"] = w.engine or base["engine"]  # the engine profile the point ran with
+    try:
+        result = simulate(w)
+        value = predicted_value(point, result.summary)
+    except (CapsimError, Skip) as exc:
+        return Outcome(**base, predicted=None, error_pct=None, status="failed", reason=str(exc))
+    error = 100.0 * (value - base["measured"]) / base["measured"]
+    return Outcome(**base, predicted=value, error_pct=error, status="ok")
+
+
+def run_suite(suite: str | Path | None = None, *, only: list[str] | None = None, groups: list[str] | None = None,
+              workers: int | None = None, progress=None) -> list[Outcome]:
+    """Run the points (all, or those whose id contains one of `only`, or of `groups`)."""
+    points = load_points(find_suite(suite))
+    if groups:
+        known = sorted({p["group"] for p in points})
+        unknown = [g for g in groups if g not in known]
+        if unknown:
+            raise CapsimError(f"--group {quote(unknown[0])}: no such group in the suite.{did_you_mean(unknown[0], known)} "
+                              f"Groups: {', '.join(known)}.")
+        points = [p for p in points if p["group"] in groups]
+    if only:
+        unmatched = [o for o in only if not any(o in p["id"] for p in points)]
+        if unmatched:
+            raise CapsimError(f"--only {quote(unmatched[0])}: no point id{' in the chosen groups' if groups else ''} "
+                              "contains it; `capsim validate --format csv` lists every id (e.g. "
+                              f"{', '.join(sorted(p['id'] for p in points)[:2])}).")
+        points = [p for p in points if any(o in p["id"] for o in only)]
+    workers = workers or min(len(points), os.cpu_count() or 1)
+    if workers <= 1 or len(points) <= 1:
+        outcomes = []
+        for p in points:
+            outcomes.append(run_point(p))
+            if progress:
+                progress(len(outcomes), len(points))
+        return outcomes
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        outcomes = []
+        for outcome in pool.map(run_point, points):
+            outcomes.append(outcome)
+            if progress:
+                progress(len(outcomes), len(points))
+    return outcomes
+
+
+def mape(outcomes: list[Outcome]) -> float | None:
+    errs = [abs(o.error_pct) for o in outcomes if o.status == "ok"]
+    return sum(errs) / len(errs) if errs else None
+
+
+def group_rows(outcomes: list[Outcome]) -> list[list]:
+    """[group, points ok, skipped, MAPE %, median |error| %, target %] per group, the combined
+    prefill+ttft group the targets name, and all points."""
+    sets = [(g, [o for o in outcomes if o.group == g]) for g in GROUPS]
+    sets.append(("prefill+ttft", [o for o in outcomes if o.group in ("prefill", "ttft")]))
+    sets.append(("all", list(outcomes)))
+    rows = []
+    for name, items in sets:
+        ok = [o for o in items if o.status == "ok"]
+        errs = sorted(abs(o.error_pct) for o in ok)
+        median = errs[len(errs) // 2] if len(errs) % 2 else (sum(errs[len(errs) // 2 - 1:len(errs) // 2 + 1]) / 2 if errs else None)
+        value = mape(items)
+        rows.append([name, len(ok), len(items) - len(ok), _round(value), _round(median), TARGETS_PCT.get(name)])
+    return rows
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None or math.isnan(x) else round(x, 1)
+
+
+def point_rows(outcomes: list[Outcome]) -> list[list]:
+    rows = []
+    for o in outcomes:
+        pred = None if o.predicted is None else _sig(o.predicted)
+        rows.append([o.group, o.id, o.engine, o.gpu, o.tp, o.model, f"{o.metric} ({o.statistic})", _sig(o.measured),
+                     pred, _round(o.error_pct), o.status if o.status == "ok" else f"{o.status}: {o.reason}"])
+    return rows
+
+
+def _sig(x: float) -> float:
+    return float(f"{x:.4g}")
+
+
+POINT_COLUMNS = ["group", "id", "engine", "gpu", "tp", "model", "metric", "measured", "predicted", "error_pct", "status"]
+GROUP_COLUMNS = ["group", "points", "skipped", "mape_pct", "median_abs_error_pct", "target_mape_pct"]
+
+
+def to_records(outcomes: list[Outcome]) -> list[dict]:
+    return [asdict(o) for o in outcomes]
+
+
+def render(outcomes: list[Outcome], fmt: str) -> str:
+    """markdown (the README's tables), csv (one row per point) or json (points and groups)."""
+    import json
+
+    from capsim.report.console import csv_table, markdown_table
+
+    if fmt == "json":
+        return json.dumps({"points": to_records(outcomes),
+                           "groups": [dict(zip(GROUP_COLUMNS, r)) for r in group_rows(outcomes)]}, indent=2) + "\n"
+    if fmt == "csv":
+        return csv_table(POINT_COLUMNS, point_rows(outcomes))
+    groups = markdown_table(GROUP_COLUMNS, [[_blank(v) for v in r] for r in group_rows(outcomes)])
+    points = markdown_table(POINT_COLUMNS, [[_blank(v) for v in r] for r in point_rows(outcomes)])
+    return f"MAPE per group (|predicted - measured| / measured):\n\n{groups}\n\nPoints:\n\n{points}\n"
+
+
+def _blank(v) -> str | float | int:
+    return "" if v is None else v
+
+
+def write(outcomes: list[Outcome], out_dir: Path) -> list[Path]:
+    """validation.csv (points) and validation.json (points and groups) under out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "validation.csv", out_dir / "validation.json"]
+    paths[0].write_text(render(outcomes, "csv"))
+    paths[1].write_text(render(outcomes, "json"))
+    return paths
