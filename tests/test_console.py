@@ -1,6 +1,7 @@
 """Text rendering of results and tables."""
 
-from capsim.report.console import csv_table, markdown_table, result_block
+from capsim.report.console import result_block
+from capsim.results.text_tables import csv_table, markdown_table
 from capsim.api import simulate
 from conftest import workload
 

@@ -14,6 +14,7 @@ on 2 cores); `--hypothesis-profile=long` (tests/conftest.py) draws thousands.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import tempfile
@@ -124,13 +125,15 @@ def hostile_documents(draw) -> dict:
         parent = doc
         for key in path[:-1]:
             parent = parent[key]
+        # deepcopy: sampled_from hands out the same list or dict each time; edited in place, one
+        # would grow into itself and into later examples
         if edit == "value":
-            _set(doc, path, draw(_hostile_values))
+            _set(doc, path, copy.deepcopy(draw(_hostile_values)))
         elif isinstance(parent, dict) and edit == "delete":
             _set(doc, path, delete=True)
         elif isinstance(parent, dict) and isinstance(path[-1], str):
             name = path[-1][:-1] if edit == "misspell" else draw(st.sampled_from(["colour", "rate", "kind", "requests"]))
-            parent[name] = parent.pop(path[-1]) if edit == "misspell" else draw(_hostile_values)
+            parent[name] = parent.pop(path[-1]) if edit == "misspell" else copy.deepcopy(draw(_hostile_values))
     return doc
 
 
@@ -245,7 +248,7 @@ def test_workload_text_damaged_as_only_text_can_be(doc, data):
     gpu = yaml.safe_dump(ROUND_GPU)
     if data.draw(st.integers(0, 4)) == 0:  # the GPU profile is damaged instead
         gpu_doc = yaml.safe_load(gpu)
-        _set(gpu_doc, data.draw(st.sampled_from(sorted(_paths(gpu_doc), key=str))), data.draw(_hostile_values))
+        _set(gpu_doc, data.draw(st.sampled_from(sorted(_paths(gpu_doc), key=str))), copy.deepcopy(data.draw(_hostile_values)))
         gpu = yaml.safe_dump(gpu_doc)
         workload = _dump(doc).encode()
     else:

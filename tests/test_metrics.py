@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from capsim.results import summary as metrics
 from capsim.results.summary import (
+    Gaps,
     distribution,
     median,
     quantiles,
@@ -96,7 +97,7 @@ def test_summary_counts_throughput_and_kv_utilisation():
         steps.add(end, 1.0, 0, 1, 4, 0, 1, 1, 1e12, 1e9, 2, 32, stored, 0, 0, 0)
     gaps = GapLog()
     gaps.add(0.1, 10)
-    s = summarize(log.columns(), step_totals(steps._single_columns()), gaps.view(), duration_s=4.0, peak_flops=1e12,
+    s = summarize(log.columns(), step_totals(steps._single_columns()), Gaps(*gaps.parts()), duration_s=4.0, peak_flops=1e12,
                   bandwidth_bytes_per_s=1e9, kv_capacity_tokens=64, reject_reasons=("too_long",))
     assert s["completed"] == 1 and s["rejected"] == 1 and s["arrived"] == 2 and s["unfinished"] == 0
     assert s["rejected_reasons"] == {"too_long": 1}

@@ -2,7 +2,8 @@
 
 import pytest
 from capsim.errors import CapsimError
-from capsim.results.slo import Objectives, from_dict, objectives_for, parse_objectives, parse_percentiles, summary_key
+from capsim.results.slo import Objectives, from_dict, objectives_for, parse_objectives
+from capsim.spec.metric_names import parse_percentiles, summary_key
 
 
 @pytest.mark.parametrize("name, key", [

@@ -383,7 +383,7 @@ def _result(setup: Setup, engine: Engine, end_s: float, objectives: Objectives, 
         totals = step_totals(steps)
         step_table = partial(_step_table, partial(dict, steps))
         step_parts = partial(_step_parts, partial(list, [steps]))
-    gaps = engine.gaps.view(log.segment_ends, log.segment_starts, log.decoder_gaps())
+    gaps = Gaps(*engine.gaps.parts(log.segment_ends, log.segment_starts, log.decoder_gaps()))
     class_names, reasons = engine.stream.class_names, engine.requests.reject_reasons
     users = engine.stream.users if engine.closed_loop else None
     window = choose_window(requests, setup.workload.measure, users)

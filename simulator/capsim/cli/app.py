@@ -117,7 +117,7 @@ def run(
     steps. On a terminal, a progress bar of requests finished is drawn on stderr meanwhile."""
     from capsim.report.console import result_block, verdict_block
     from capsim.api import simulate
-    from capsim.results.slo import parse_percentiles
+    from capsim.spec.metric_names import parse_percentiles
 
     overrides = dict(gpu=gpu, model=model, weights=weights, kv_cache=kv_cache, scheduler=scheduler, allocator=allocator,
                      rate=rate, requests=requests, seed=seed, max_num_seqs=max_num_seqs, mode=mode, horizon_s=horizon,
@@ -245,7 +245,7 @@ def models(fmt: FormatOpt = TableFormat.table) -> None:
 
 
 def _print_rows(title: str, columns: list[str], rows: list[list], fmt: TableFormat) -> None:
-    from capsim.report.console import csv_table, markdown_table
+    from capsim.results.text_tables import csv_table, markdown_table
 
     if fmt is TableFormat.markdown:
         sys.stdout.write(markdown_table(columns, rows) + "\n")
@@ -318,7 +318,7 @@ def compare(
                               dask_scheduler=dask_scheduler, progress=tick, rate=rate, requests=requests, seed=seed,
                               **grid)
     _emit(res.frame, title("Compare", res.frame), compare_view(res.frame, res.axes), fmt, {"axes": res.axes})
-    _wrote(outputs.save(res.write, res.plot))
+    _wrote(outputs.save(res.write, _figures(res)))
 
 
 @app.command()
@@ -359,7 +359,7 @@ def sweep(
                         kv_cache=kv_cache, weights=weights, scheduler=scheduler, requests=requests, seed=seed)
     _emit(res.frame, title("Sweep", res.frame), sweep_view(res.frame, res.over), fmt,
           {"over": res.over, "objectives": goals.as_dict()})
-    _wrote(outputs.save(res.write, res.plot))
+    _wrote(outputs.save(res.write, _figures(res)))
 
 
 @app.command()
@@ -403,7 +403,7 @@ def capacity(
     _emit(res.frame, title, capacity_view(res.frame, res.over, axes), fmt, {"over": res.over, "objectives": goals.as_dict()})
     if show_points and fmt is TableFormat.table:
         out.print(rich("Searched points", points_view(res.points, res.over)))
-    _wrote(outputs.save(res.write, res.plot))
+    _wrote(outputs.save(res.write, _figures(res)))
 
 
 @app.command()
@@ -426,10 +426,21 @@ def plot(
     _wrote(outputs.save(lambda folder: [], lambda folder: plot_saved(run_dir, folder, goals)))
 
 
+def _figures(res):
+    """Draws a planning result's figures into a folder; matplotlib loads only when one is asked for."""
+    def draw(folder: Path) -> list[Path]:
+        from capsim.report.planning_figures import plot_result
+
+        return plot_result(res, folder)
+
+    return draw
+
+
 def _goals(workload: Path, slo: list[str] | None, share: float):
+    from capsim.api import load_workload
     from capsim.results.slo import objectives_for
 
-    return objectives_for(workload, slo, share)
+    return objectives_for(load_workload(workload), slo, share)
 
 
 def _prices(texts: list[str] | None):

@@ -42,7 +42,6 @@ from capsim.spec.config import HardwareProfile, ModelSpec
 from capsim.spec.serving import EngineProfile
 from capsim.spec.formats import NumberFormat
 from capsim.core.plan import StepPlan
-from capsim.sim.running import RunningSet
 from capsim.cost.rates import realistic_rates
 
 Mode = Literal["realistic", "document", "unit"]
@@ -51,7 +50,6 @@ Mode = Literal["realistic", "document", "unit"]
 # (setup.py), a step of the loop is a few dozen instructions, and pricing every run of bench-10k in
 # the loop took 4.8% fewer instructions than switching to numpy at 40 (benchmarks/instructions.py).
 _VECTOR_FROM = 40 if __file__.endswith(".py") else 1024
-BOUNDS = ("compute", "memory", "overhead")
 
 
 class StepCost:
@@ -62,7 +60,7 @@ class StepCost:
                  bytes: float, bound: str) -> None:
         self.seconds, self.compute_s, self.memory_s, self.overhead_s = seconds, compute_s, memory_s, overhead_s
         self.flops, self.bytes = flops, bytes
-        self.bound = bound  # one of BOUNDS: the term that took the most time
+        self.bound = bound  # one of core.names.BOUNDS: the term that took the most time
 
     def __repr__(self) -> str:
         return (f"StepCost(seconds={self.seconds!r}, compute_s={self.compute_s!r}, memory_s={self.memory_s!r}, "
@@ -88,7 +86,7 @@ class DecodeSteps:
     seconds: np.ndarray | list | None  # None where only FLOPs, bytes and bound are wanted
     flops: np.ndarray | list
     bytes: np.ndarray | list
-    bound: np.ndarray | list  # index into BOUNDS
+    bound: np.ndarray | list  # index into core.names.BOUNDS
 
 
 class CostModel:
@@ -297,9 +295,9 @@ class CostModel:
 
     # ---------------------------------------------------------------- whole steps
 
-    def step_cost(self, plan: StepPlan, running: RunningSet | None = None) -> StepCost:
-        """Price any plan (prefill, decode or mixed). `running` supplies the decode aggregates
-        when the plan has decode_all."""
+    def step_cost(self, plan: StepPlan, decode_context_tokens: int = 0, decode_sliding_tokens: int = 0) -> StepCost:
+        """Price any plan (prefill, decode or mixed). With decode_all, the running decoders' context
+        after this step (all of it, and the part inside a sliding window) comes from the running set."""
         if self.mode == "unit":
             return StepCost(self.unit_step_s, 0.0, 0.0, self.unit_step_s, 0.0, 0.0, "overhead")
         ctx_f = ctx_s = pairs_f = pairs_s = 0
@@ -307,11 +305,10 @@ class CostModel:
         logits = plan.num_decodes * q
         draft_s = 0.0
         if plan.num_decodes:
-            assert running is not None  # decode_all plans are priced with their running set
-            ctx_f = running.context_sum(1)
+            ctx_f = decode_context_tokens
             pairs_f = q * ctx_f + plan.num_decodes * (q * (q - 1) // 2)
             if self.window:
-                ctx_s = running.sliding_context_sum(1)
+                ctx_s = decode_sliding_tokens
                 pairs_s = q * ctx_s
             if self.draft is not None:  # the draft's passes for the decoding sequences
                 draft_s = self.draft_passes * self.draft.decode_seconds(plan.num_decodes, ctx_f, 0)

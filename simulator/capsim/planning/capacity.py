@@ -39,7 +39,8 @@ from capsim.planning.parallel import Runner
 from capsim.planning.tasks import Task, evaluate
 from capsim.results.slo import Objectives
 from capsim.results.steady import DEFAULT_SHARE
-from capsim.planning.sweep import COMPARE_FIRST, GRID_KEYS, order_columns, prepare, with_users, write_frames
+from capsim.planning.sweep import COMPARE_FIRST, GRID_KEYS, order_columns, with_users, write_frames
+from capsim.planning.tasks import prepare
 
 MAX_DOUBLINGS = 20  # give up bracketing after 2^20 x the start load (up or down)
 MAX_USERS = 1_000_000  # the workload schema's bound on closed-loop users
@@ -129,12 +130,6 @@ class CapacityResult:
         paths.append(Path(out_dir) / "capacity_points.csv")
         self.points.to_csv(paths[-1], index=False)
         return paths
-
-    def plot(self, out_dir: Path) -> list[Path]:
-        """capacity_search.png/.svg: every searched point against load, the SLO lines, the capacity."""
-        from capsim.report.planning_figures import plot_capacity
-
-        return plot_capacity(self.frame, self.points, self.over, self.objectives, Path(out_dir))
 
 
 def capacity(workload, objectives: Objectives, *, users: bool = False, start: float | None = None,

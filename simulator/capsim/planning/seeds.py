@@ -127,7 +127,7 @@ def run_seeds(workload, seeds: int, *, workers: int | None = None, dask_schedule
     """Run `seeds` copies of the workload with consecutive seeds, in parallel; summarise each
     metric as mean ± 95% interval (see the module docstring)."""
     from capsim.planning.parallel import run_tasks
-    from capsim.planning.sweep import prepare
+    from capsim.planning.tasks import prepare
 
     if seeds < 2:
         raise CapsimError(f"--seeds: needs at least 2 seeds for an interval (got {seeds}).")

@@ -18,35 +18,14 @@ from pathlib import Path
 import pandas as pd
 
 from capsim.planning.seeds import aggregate
-from capsim.errors import CapsimError, quote, short_path
+from capsim.errors import CapsimError, quote
 from capsim.planning.parallel import run_tasks
-from capsim.planning.tasks import Task, evaluate
+from capsim.planning.tasks import Task, evaluate, prepare
 from capsim.results.slo import Objectives
 
 MAX_POINTS = 1000
 # compare's axes: any of these given as a list becomes one dimension of the grid.
 GRID_KEYS = ("gpu", "model", "weights", "kv_cache", "scheduler", "allocator", "max_num_seqs", "mode")
-
-
-def prepare(workload, overrides: dict, check: bool = True):
-    """Load a workload once (its file's paths come back absolute, so workers may run in another
-    directory), make a --gpu profile path absolute too, and check the overrides resolve (errors
-    surface before anything is sent out). Returns (WorkloadConfig, the overrides that were given)."""
-    from capsim.api import apply_overrides, load_workload, resolve
-
-    if isinstance(workload, (str, Path)):
-        source = short_path(workload)
-        w = load_workload(workload)
-        if not w.name:
-            w = w.model_copy(update={"name": Path(workload).stem})
-    else:
-        source, w = "workload", workload
-    given = {k: v for k, v in overrides.items() if v is not None}
-    if isinstance(given.get("gpu"), str) and Path(given["gpu"]).is_file():
-        given["gpu"] = str(Path(given["gpu"]).resolve())
-    if check:
-        resolve(apply_overrides(w, source, **given), source)
-    return w, given
 
 
 def parse_range(text: str, option: str, integer: bool = False) -> list:
@@ -135,12 +114,6 @@ class SweepResult:
         return write_frames(Path(out_dir), "sweep", self.frame, self.runs,
                             {"over": self.over, "objectives": self.objectives.as_dict()})
 
-    def plot(self, out_dir: Path) -> list[Path]:
-        """latency_vs_load.png/.svg: latency and throughput against load, with the SLO lines."""
-        from capsim.report.planning_figures import plot_sweep
-
-        return plot_sweep(self.frame, self.over, self.objectives, Path(out_dir))
-
 
 def sweep(workload, *, rates: list[float] | None = None, users: list[int] | None = None,
           think_time_s: float | None = None, seeds: int = 1, objectives: Objectives | None = None,
@@ -195,13 +168,6 @@ class CompareResult:
         """compare.csv, compare.json, and runs.csv when seeds > 1."""
         return write_frames(Path(out_dir), "compare", self.frame, self.runs,
                             {"axes": self.axes, "objectives": self.objectives.as_dict()})
-
-    def plot(self, out_dir: Path) -> list[Path]:
-        """compare.png/.svg: one bar per combination (sequences that fit, throughput, latency, cost)."""
-        from capsim.report.run_figures import save
-        from capsim.report.planning_figures import compare_figure
-
-        return save(compare_figure(self.frame, self.axes), Path(out_dir), "compare")
 
 
 COMPARE_FIRST = ("kv_capacity_tokens", "mean_request_tokens", "max_seqs_at_mean_request", "max_seqs_at_max_model_len",

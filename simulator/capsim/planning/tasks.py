@@ -12,9 +12,11 @@ depend on where they ran.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from capsim.errors import short_path
 from capsim.results.slo import Objectives
 
 SETUP_KEYS = ("workload", "model", "gpu", "weights", "kv_cache", "mode", "scheduler", "allocator",
@@ -185,3 +187,24 @@ def low_sample_percentiles(rec: dict) -> str:
     flagged = [k for k in latency_keys(rec) if not k.startswith("mean_")
                and rec[f"samples_{k.split('_')[1]}"] < MIN_PERCENTILE_SAMPLES]
     return ";".join(flagged)
+
+
+def prepare(workload, overrides: dict, check: bool = True):
+    """Load a workload once (its file's paths come back absolute, so workers may run in another
+    directory), make a --gpu profile path absolute too, and check the overrides resolve (errors
+    surface before anything is sent out). Returns (WorkloadConfig, the overrides that were given)."""
+    from capsim.api import apply_overrides, load_workload, resolve
+
+    if isinstance(workload, (str, Path)):
+        source = short_path(workload)
+        w = load_workload(workload)
+        if not w.name:
+            w = w.model_copy(update={"name": Path(workload).stem})
+    else:
+        source, w = "workload", workload
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if isinstance(given.get("gpu"), str) and Path(given["gpu"]).is_file():
+        given["gpu"] = str(Path(given["gpu"]).resolve())
+    if check:
+        resolve(apply_overrides(w, source, **given), source)
+    return w, given

@@ -266,7 +266,7 @@ def all_tables(setup: TableSetup = TableSetup()) -> list[DocTable]:
 
 def render(tables: list[DocTable], fmt: str) -> str:
     """markdown, csv or json text of the tables (the Rich form is drawn by the CLI)."""
-    from capsim.report.console import csv_table, markdown_table
+    from capsim.results.text_tables import csv_table, markdown_table
 
     if fmt == "json":
         return json.dumps([{"key": t.key, "title": t.title, "assumptions": t.assumptions, "notes": t.notes,

@@ -1,10 +1,7 @@
-"""Text forms of results: vLLM's serving-benchmark block, capsim's extra lines, and plain
-renderings (markdown, CSV) of row tables. No computation happens here."""
+"""Text forms of results: vLLM's serving-benchmark block, capsim's extra lines, and Rich tables
+(markdown and CSV renderings are in capsim.results.text_tables). No computation happens here."""
 
 from __future__ import annotations
-
-import csv
-import io
 
 WIDTH = 50
 
@@ -114,23 +111,6 @@ def verdict_block(v: dict) -> str:
     out += [f"Next: {step}" for step in v["next_steps"]]
     out.append("=" * WIDTH)
     return "\n".join(out)
-
-
-def markdown_table(columns: list[str], rows: list[list]) -> str:
-    def cell(v) -> str:
-        return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join(" --- " for _ in columns) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def csv_table(columns: list[str], rows: list[list]) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(columns)
-    writer.writerows(rows)
-    return buf.getvalue()
 
 
 def rich_table(title: str, columns: list[str], rows: list[list], caption: str | None = None):

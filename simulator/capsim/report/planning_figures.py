@@ -7,7 +7,6 @@ Each reads the frame the planning function returned (or its saved CSV) and retur
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from capsim.report.run_figures import _figure, save, setup_title, thousands
+from capsim.planning.capacity import CapacityResult
+from capsim.planning.sweep import CompareResult, SweepResult
 from capsim.results.slo import Objectives
 
 NOTE_BATCHES = (1, 8, 16, 26, 32, 64)
@@ -150,6 +151,17 @@ def plot_capacity(frame: pd.DataFrame, points: pd.DataFrame, over: str, objectiv
         fig = latency_vs_load(searched, over, objectives.lines(), capacity=cap, title="Capacity search: every point tried")
         paths += save(fig, out_dir, stem)
     return paths
+
+
+def plot_result(result: SweepResult | CompareResult | CapacityResult, out_dir: Path) -> list[Path]:
+    """The figures of a planning result: latency_vs_load for a sweep, compare for a comparison,
+    capacity_search for a capacity search."""
+    out_dir = Path(out_dir)
+    if isinstance(result, SweepResult):
+        return plot_sweep(result.frame, result.over, result.objectives, out_dir)
+    if isinstance(result, CompareResult):
+        return save(compare_figure(result.frame, result.axes), out_dir, "compare")
+    return plot_capacity(result.frame, result.points, result.over, result.objectives, out_dir)
 
 
 def plot_saved(directory: Path, out_dir: Path | None = None, objectives: Objectives | None = None) -> list[Path]:

@@ -219,7 +219,7 @@ def rich(title: str, view: tuple[list[str], list[list[str]], list[str]]) -> Tabl
 
 def text(view: tuple[list[str], list[list[str]], list[str]]) -> str:
     """The view as a markdown table followed by its caption as a list."""
-    from capsim.report.console import markdown_table
+    from capsim.results.text_tables import markdown_table
 
     columns, rows, caption = view
     return markdown_table(columns, rows) + "\n" + "".join(f"\n- {c}" for c in caption) + "\n"

@@ -13,14 +13,12 @@ percentile limit and the goodput threshold hold.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
 from capsim.errors import CapsimError, quote
+from capsim.spec.metric_names import GOODPUT_METRICS, key_percentile, label, summary_key
 
-METRICS = ("ttft", "tpot", "itl", "e2el")
-GOODPUT_METRICS = ("ttft", "tpot", "e2el")  # vLLM's --goodput accepts these three
 DEFAULT_GOODPUT_SHARE = 0.9
 DEFAULT_PERCENTILES = (90.0, 99.0)  # reported besides the mean and median unless --percentiles says otherwise
 
@@ -30,71 +28,6 @@ _ALLOWED = (
     "vLLM's goodput thresholds METRIC:LIMIT with METRIC one of ttft, tpot, e2el (e.g. 'ttft:2000 tpot:50'); "
     "limits are positive milliseconds"
 )
-
-
-def percentile_word(q: float) -> str:
-    """99 -> '99', 99.9 -> '99.9' (vLLM's spelling of a percentile in its summary keys)."""
-    return str(int(q)) if q == int(q) else f"{q:g}"
-
-
-def percentile_key(q: float, metric: str) -> str:
-    """The summary key of a percentile: 50 -> 'median_ttft_ms' (the same number), 99.9 -> 'p99.9_ttft_ms'."""
-    return f"median_{metric}_ms" if q == 50 else f"p{percentile_word(q)}_{metric}_ms"
-
-
-def parse_percentile(text: str, where: str) -> float:
-    """'p99.9' or '99.9' -> 99.9; a number strictly between 0 and 100."""
-    try:
-        q = float(text.strip().lower().removeprefix("p"))
-    except ValueError:
-        q = math.nan
-    if not 0 < q < 100:
-        raise CapsimError(f"{where}: {text!r} is not a percentile; give a number between 0 and 100 exclusive, "
-                          "e.g. 50, 90, 95, 99, 99.9.")
-    return q
-
-
-def parse_percentiles(text: str | None) -> tuple[float, ...] | None:
-    """`--percentiles 50,90,95,99,99.9` (as `vllm bench serve --metric-percentiles`) -> sorted unique values."""
-    if text is None:
-        return None
-    values = [parse_percentile(t, "--percentiles") for t in re.split(r"[\s,]+", text.strip()) if t]
-    if not values:
-        raise CapsimError("--percentiles: give at least one percentile, e.g. 50,90,99.")
-    return tuple(sorted(set(values)))
-
-
-def summary_key(name: str) -> str | None:
-    """'ttft_p99_ms' (or 'p99_ttft_ms', vLLM's key order) -> 'p99_ttft_ms'; 'tpot_p50_ms' ->
-    'median_tpot_ms'; None if it names no statistic of a known metric."""
-    name = name.strip().lower().removesuffix("_ms")
-    parts = name.split("_")
-    if len(parts) != 2:
-        return None
-    a, b = parts
-    metric, stat = (a, b) if a in METRICS else (b, a)
-    if metric not in METRICS:
-        return None
-    if stat in ("mean", "median"):
-        return f"{stat}_{metric}_ms"
-    if not re.fullmatch(r"p\d+(\.\d+)?", stat):
-        return None
-    q = float(stat[1:])
-    return percentile_key(q, metric) if 0 < q < 100 else None
-
-
-def key_percentile(key: str) -> float | None:
-    """The percentile a summary key reports: 'p99.9_ttft_ms' -> 99.9, 'median_ttft_ms' -> 50, 'mean_...' -> None."""
-    stat = key.split("_")[0]
-    if stat == "median":
-        return 50.0
-    return float(stat[1:]) if stat.startswith("p") else None
-
-
-def label(key: str) -> str:
-    """'p99_ttft_ms' -> 'TTFT p99'; 'median_ttft_ms' -> 'TTFT p50'."""
-    stat, metric, _ = key.split("_")
-    return f"{metric.upper()} {'p50' if stat == 'median' else stat}"
 
 
 @dataclass(frozen=True)
@@ -207,17 +140,9 @@ def parse_objectives(texts: list[str] | None, *, goodput_share: float | None = N
 
 
 def objectives_for(workload, texts: list[str] | None, goodput_share: float | None = None) -> Objectives:
-    """parse_objectives for a workload file or config: its slo: block applies when no --slo is given."""
-    from pathlib import Path
-
-    slo = None
-    if not texts:
-        if isinstance(workload, (str, Path)):
-            from capsim.api import load_workload
-
-            workload = load_workload(workload)
-        slo = workload.slo
-    return parse_objectives(texts, goodput_share=goodput_share, workload_slo=slo)
+    """parse_objectives for a workload config (capsim.api.load_workload): its slo: block applies
+    when no --slo is given."""
+    return parse_objectives(texts, goodput_share=goodput_share, workload_slo=None if texts else workload.slo)
 
 
 def _parse_one(item: str, limits: dict, goodput: dict) -> None:

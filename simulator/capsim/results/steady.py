@@ -35,7 +35,7 @@ MIN_WINDOW_REQUESTS = 50  # fewer than this in the window: measure the whole run
 MIN_STEADY_REQUESTS = 100  # runs shorter than this are measured whole
 SATURATION_TOLERANCE = 0.05  # the wait grows by more than 5% of the time elapsed: saturated
 MIN_WINDOW_LATENCIES = 10.0  # a steady window spans at least this many median end-to-end latencies
-COMPLETED, REJECTED = 0, 1  # metrics.OUTCOMES codes
+COMPLETED, REJECTED = 0, 1  # core.names.OUTCOMES codes
 
 
 @dataclass(frozen=True)

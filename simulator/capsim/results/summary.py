@@ -17,17 +17,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from capsim.core.names import BOUNDS, OUTCOMES
 from capsim.results.csv_out import Column, Labels, MaybeInts, as_dataframe
 from capsim.results.exact_sum import ExactSum, exact_sum
-from capsim.results.slo import DEFAULT_PERCENTILES, percentile_key, percentile_word
+from capsim.results.slo import DEFAULT_PERCENTILES
+from capsim.spec.metric_names import percentile_key, percentile_word
 from capsim.results.steady import Saturation, Window, emitted_in
 from capsim.sim.step_log import CHUNK_SEGMENTS
 
 if TYPE_CHECKING:
     import pandas as pd
 
-OUTCOMES = ("completed", "rejected", "unfinished")
-BOUND_NAMES = ("compute", "memory", "overhead")
+BOUND_NAMES = BOUNDS  # the bound column's names (core.names)
 REQUEST_TEXT_COLUMNS = ("reject_reason",)  # plain text in the requests DataFrame, not categorical
 # vLLM's counts over the whole run, also with a steady window (arrived = completed + rejected + unfinished)
 ACCOUNTING = ("completed", "duration", "total_input_tokens", "total_output_tokens")

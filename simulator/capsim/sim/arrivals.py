@@ -1,21 +1,44 @@
 """Where requests come from: the open-loop arrival process and closed-loop users (with multi-turn
 sessions). Both are generator processes run by the engine; they wait on events the engine makes
-(`engine.at`, `engine.event`), so SimPy itself stays in engine.py. With one replica and open-loop
-arrivals, a macro-stepping engine instead submits the arrivals due whenever a step ends, with
+(`engine.at`, `engine.event`) and hand requests to it, through the few services `Sink` names (the
+engine implements them; this module does not import it). With one replica and open-loop arrivals,
+a macro-stepping engine instead submits the arrivals due whenever a step ends, with
 open_loop_request (Engine._pull)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
+
+from simpy.events import Event
 
 from capsim.core.request import Request
-
-if TYPE_CHECKING:
-    from capsim.sim.engine import Engine
-    from capsim.workload.streams import ClosedLoopStream, OpenLoopStream
+from capsim.sim.clock import Environment
+from capsim.workload.streams import ClosedLoopStream, OpenLoopStream
 
 
-def open_loop(engine: Engine, stream: OpenLoopStream):
+class Sink(Protocol):
+    """What the arrival processes need from the engine (capsim.sim.engine.Engine)."""
+
+    env: Environment
+    arrived: int  # requests submitted so far (the next request's id)
+    next_index: int  # open loop: the index of the next arrival, kept where the engine reads it
+
+    def at(self, when: float, user: int | None = None, planned: int = 0) -> Event:
+        """An event at `when` (a user's send, when `user` is given)."""
+
+    def event(self, rid: int) -> Event:
+        """An event that fires with the outcome of request `rid`."""
+
+    def new_session(self) -> int: ...
+
+    def submit(self, req: Request) -> None: ...
+
+    def arrivals_finished(self) -> None: ...
+
+    def user_finished(self) -> None: ...
+
+
+def open_loop(engine: Sink, stream: OpenLoopStream):
     """Submit every request of the stream at its arrival time, each through its own event."""
     times = stream.arrival_s
     for i in range(len(times)):
@@ -34,7 +57,7 @@ def open_loop_request(stream: OpenLoopStream, i: int) -> Request:
                    class_index=c, shared_prefix_tokens=stream.class_prefix[c], samples=stream.class_samples[c])
 
 
-def user(engine: Engine, stream: ClosedLoopStream, index: int):
+def user(engine: Sink, stream: ClosedLoopStream, index: int):
     """One closed-loop user: start at its place in the ramp, send, wait for the whole answer,
     think, send again. With turns_per_session > 1 each turn's prompt is the session so far
     (earlier prompts and answers) plus a new message, and the session id lets the prefix cache

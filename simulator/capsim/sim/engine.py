@@ -31,13 +31,12 @@ from simpy.events import Event
 
 from capsim.sim.arrivals import open_loop, open_loop_request, user
 from capsim.sim.clock import At, Environment
-from capsim.cost.roofline import BOUNDS
+from capsim.core.names import BOUNDS, REJECT_REASONS
 from capsim.sim.outcomes import Outcomes
 from capsim.core.plan import StepPlan
 from capsim.sim.replica import Replica
 from capsim.core.request import Request
 from capsim.sim.request_log import GapLog, RequestLog
-from capsim.sim.schedulers import REJECT_REASONS
 from capsim.sim.step_log import StepLog
 from capsim.workload.streams import ClosedLoopStream, OpenLoopStream
 
@@ -341,7 +340,11 @@ class Engine:
     def _step(self, rep: Replica, plan: StepPlan):
         """One general forward pass (prefill, mixed, or decodes listed one by one)."""
         now, running, kv = self.env._now, rep.running, rep.kv
-        cost = rep.cost.step_cost(plan, running)
+        if plan.num_decodes:
+            context, sliding = running.decode_context(1)
+            cost = rep.cost.step_cost(plan, context, sliding)
+        else:
+            cost = rep.cost.step_cost(plan)
         if rep.swap_bytes_this_step:  # the copies over PCIe hold up this step
             assert rep.swap is not None  # only swapping replicas copy over PCIe
             cost = rep.cost.with_overhead(cost, rep.swap_bytes_this_step / rep.swap.link_bytes_per_s)

@@ -7,17 +7,17 @@ with the engine (setup.py); capsim.results.summary, which reads them into the su
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from capsim.results.summary import NAN, OUTCOMES, Gaps, request_frame
+from capsim.core.names import OUTCOMES
 from capsim.core.request import Request
 from capsim.sim.step_log import Records, Rows
 
-if TYPE_CHECKING:
-    import pandas as pd
-
+_NAN = float("nan")
+# GapLog.parts(): single gaps (gap_s, count, cls, end_s columns), then per macro-step segment its
+# step count, its sequences per class and whether its first gap is its own, the segments' flat
+# end times and their start times.
+GapParts = tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None"]
 
 class RequestLog:
     """One row per arrived request, written when its outcome is final."""
@@ -36,8 +36,8 @@ class RequestLog:
     def write(self, req: Request, outcome: str, reason: str | None = None) -> None:
         """Record a request's final state (outcome: completed, rejected or unfinished)."""
         self._rows.add(
-            (req.arrival_s, NAN if req.first_scheduled_s is None else req.first_scheduled_s,
-             NAN if req.first_token_s is None else req.first_token_s, NAN if req.finish_s is None else req.finish_s),
+            (req.arrival_s, _NAN if req.first_scheduled_s is None else req.first_scheduled_s,
+             _NAN if req.first_token_s is None else req.first_token_s, _NAN if req.finish_s is None else req.finish_s),
             (req.id, req.prompt_tokens, req.output_tokens, OUTCOMES.index(outcome),
              -1 if reason is None else self.reject_reasons.index(reason), req.generated_tokens, req.preemptions,
              req.recomputed_tokens, req.replica, -1 if req.user is None else req.user, 1 if req.first_of_user else 0,
@@ -69,21 +69,17 @@ class RequestLog:
         out["ttft_ms"] = (out["first_token_s"] - out["arrival_s"]) * ms
         out["e2el_ms"] = (out["finish_s"] - out["arrival_s"]) * ms
         out["queueing_ms"] = (out["first_scheduled_s"] - out["arrival_s"]) * ms
-        tpot = np.full(len(order), NAN)
+        tpot = np.full(len(order), _NAN)
         np.divide((out["finish_s"] - out["first_token_s"]) * ms, out["generated_tokens"] - 1, out=tpot,
                   where=out["generated_tokens"] > 1)
         out["tpot_ms"] = tpot
         return out
 
-    def frame(self) -> pd.DataFrame:
-        """The requests table (requests.csv)."""
-        return request_frame(self.columns(), self.class_names, self.reject_reasons)
-
 
 class GapLog:
     """Inter-token latencies as (gap_s, count, request class) entries. A macro-step adds one
     segment: its step end times, every gap between them shared by `counts[c]` sequences of each
-    class. Gaps the StepLog already holds are not copied here (view() takes them from it): a
+    class. Gaps the StepLog already holds are not copied here (parts() takes them from it): a
     segment's first gap, and with one class the gap decoders share in a general step. Entry
     order does not matter: statistics over them are order-independent."""
 
@@ -106,9 +102,9 @@ class GapLog:
             self._segments = Rows(2 + len(counts), "i")
         self._segments.add((k, 1 if first else 0, *counts))
 
-    def view(self, segment_ends: np.ndarray | None = None, segment_starts: np.ndarray | None = None,
-             step_gaps: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> Gaps:
-        """The gaps, read chunk by chunk. From the StepLog: its flat segment end times, its
+    def parts(self, segment_ends: np.ndarray | None = None, segment_starts: np.ndarray | None = None,
+             step_gaps: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> GapParts:
+        """The gaps' arrays, for capsim.results.summary.Gaps to read chunk by chunk. From the StepLog: its flat segment end times, its
         segments' start times (for segments added with `first`) and the (gap_s, count, end_s)
         entries its single steps carry (class 0: the engine leaves them there with one class only)."""
         single = self._single.columns()
@@ -123,4 +119,4 @@ class GapLog:
         if firsts.any() and segment_starts is None:
             raise ValueError("segments with a first gap need the StepLog's segment start times")
         ends = np.zeros(0) if segment_ends is None else segment_ends
-        return Gaps(single, lengths, counts, ends, firsts, segment_starts)
+        return single, lengths, counts, ends, firsts, segment_starts

@@ -192,6 +192,11 @@ class RunningSet:
         above = self.num_decoding - len(self._below)
         return self.below_sum + len(self._below) * (self.tick + self._offset(steps_ahead)) + self.window * above
 
+    def decode_context(self, steps_ahead: int = 1) -> tuple[int, int]:
+        """(context_sum, sliding_context_sum) as CostModel.step_cost takes them; 0 for the
+        sliding part without a window."""
+        return self.context_sum(steps_ahead), self.sliding_context_sum(steps_ahead) if self.window else 0
+
     def num_above_window(self) -> int:
         self._move_crossed()
         return self.num_decoding - len(self._below)

@@ -22,7 +22,6 @@ from capsim.core.plan import StepPlan
 from capsim.core.request import Request
 from capsim.sim.running import RunningSet
 
-REJECT_REASONS = ("exceeds_max_model_len", "exceeds_kv_capacity")
 UNLIMITED = 1 << 62
 
 

@@ -181,7 +181,7 @@ def predict_s(row: dict, hardware: HardwareProfile, engine: EngineProfile | None
     plan, running = step_plan(row)
     if plan.decode_only:
         return float(cost.decode_seconds(plan.num_decodes, running.context_sum(1), 0))
-    return cost.step_cost(plan, running).seconds
+    return cost.step_cost(plan, *running.decode_context(1)).seconds
 
 
 def gpu_engine(name: str | None) -> EngineProfile | None:

@@ -182,7 +182,7 @@ def render(outcomes: list[Outcome], fmt: str) -> str:
     """markdown (the README's tables), csv (one row per point) or json (points and groups)."""
     import json
 
-    from capsim.report.console import csv_table, markdown_table
+    from capsim.results.text_tables import csv_table, markdown_table
 
     if fmt == "json":
         return json.dumps({"points": to_records(outcomes),

@@ -267,7 +267,7 @@ class SLO(Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> SLO:
-        from capsim.results.slo import summary_key
+        from capsim.spec.metric_names import summary_key
 
         for name, limit in (self.limits or {}).items():
             if summary_key(name) is None:

@@ -1,0 +1,43 @@
+"""The package's import contract (DESIGN §1): layers import downwards only, the harness stands
+apart, SimPy / torch / Typer / matplotlib each stay in their one package (import-linter, with the
+contracts in pyproject.toml), and no module imports itself back through others (no cycles)."""
+
+from pathlib import Path
+
+import grimp
+import pytest
+from importlinter.cli import lint_imports
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_import_contracts_in_pyproject_are_kept(capsys):
+    code = lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True)
+    assert code == 0, capsys.readouterr().out[-4000:]  # the broken contracts, with their import chains
+
+
+def _cycles(graph) -> list[list[str]]:
+    """Each import that closes a loop: A imports B and B leads back to A, as the chain of modules."""
+    loops = []
+    for importer in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(importer)):
+            back = graph.find_shortest_chain(importer=imported, imported=importer)
+            if back:
+                loops.append([importer, *back])
+    return loops
+
+
+def test_no_module_imports_itself_back():
+    graph = grimp.build_graph("capsim", cache_dir=None)  # a cache can hold imports since removed
+    # the package's own __init__ re-exports the public API: importing capsim.X runs it first, which is
+    # not a dependency of X on the API, so the root module is left out of the cycle search.
+    for imported in graph.find_modules_directly_imported_by("capsim"):
+        graph.remove_import(importer="capsim", imported=imported)
+    assert _cycles(graph) == []
+
+
+@pytest.mark.parametrize("package", ["core", "spec", "workload", "cost", "sim", "results", "planning", "validation",
+                                     "reference", "report", "cli", "harness"])
+def test_every_package_says_what_it_holds_and_may_import(package):
+    doc = (ROOT / "simulator" / "capsim" / package / "__init__.py").read_text()
+    assert doc.lstrip().startswith('"""') and "import" in doc.split('"""')[1]
