@@ -19,7 +19,10 @@ import time
 
 def _digest(result) -> str:
     """Fingerprint of what a run produced (summary, per-request and per-step records), to show
-    that macro-steps and step-by-step give the same results."""
+    that macro-steps and step-by-step give the same results: RunResult.fingerprint, computed here
+    the same way for versions from before it (benchmarks/compare.py runs older ones)."""
+    if hasattr(result, "fingerprint"):
+        return result.fingerprint()
     import pandas as pd
 
     h = hashlib.sha256(json.dumps(result.summary, sort_keys=True, default=str).encode())

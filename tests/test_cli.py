@@ -132,8 +132,8 @@ def test_run_draws_a_progress_bar_on_a_terminal_only(monkeypatch):
 # `capsim run` whose simulation says on stderr when it starts (so the test needs no timer).
 _ANNOUNCING_RUN = """
 import contextlib, sys
-import capsim.api, capsim.cli.app
-paused = capsim.api._collector_paused
+import capsim.api.run, capsim.cli.app
+paused = capsim.api.run._collector_paused
 
 @contextlib.contextmanager
 def announced():
@@ -141,7 +141,7 @@ def announced():
     with paused():
         yield
 
-capsim.api._collector_paused = announced
+capsim.api.run._collector_paused = announced
 sys.argv = ["capsim", *sys.argv[1:]]
 capsim.cli.app.console_main()
 """

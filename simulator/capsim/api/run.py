@@ -1,0 +1,217 @@
+"""`simulate()`: a resolved set-up -> replicas and the engine -> the run -> its summary, verdict and
+cost (capsim.api.run_result.RunResult)."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+from capsim.api.run_result import RunResult, step_parts, step_table
+from capsim.api.setup import Setup, apply_overrides, budget_with, describe, load_workload, resolve
+from capsim.core.names import OUTCOMES
+from capsim.cost.roofline import CostModel
+from capsim.errors import short_path
+from capsim.results.cost import deployment_cost, deployment_gpus, price_for
+from capsim.results.provenance import provenance
+from capsim.results.slo import DEFAULT_PERCENTILES, Objectives, from_workload
+from capsim.results.steady import choose_window, saturation
+from capsim.results.summary import Gaps, per_class, request_table, summarize
+from capsim.results.verdict import judge
+from capsim.sim.engine import Engine
+from capsim.sim.kv_cache import ContiguousAllocator, PagedAllocator
+from capsim.sim.replica import Replica, SwapSpace
+from capsim.sim.running import RunningSet
+from capsim.sim.schedulers import SCHEDULERS
+from capsim.sim.speculative import TokenSchedule
+from capsim.sim.step_log import step_totals
+from capsim.spec.catalog import load_model
+from capsim.spec.formats import get_format
+from capsim.workload.schema import WorkloadConfig
+from capsim.workload.streams import build_stream
+
+
+def build_replica(setup: Setup, index: int = 0, num_classes: int = 1) -> Replica:
+    w, sched = setup.workload, setup.workload.scheduler
+    if setup.allocator == "paged":
+        watermark = int(sched.watermark * setup.memory.num_blocks)
+        kv = PagedAllocator(setup.memory.num_blocks, sched.block_size, watermark, caching=w.prefix_caching,
+                            seq_units=setup.memory.seq_units)
+    else:
+        kv = ContiguousAllocator(setup.memory.num_blocks, setup.max_model_len, w.reserve)
+    multi_step = setup.engine.overhead.steps_per_schedule if setup.engine and w.mode == "realistic" else 1
+    scheduler = SCHEDULERS[sched.kind](sched.max_num_seqs, setup.max_num_batched_tokens, setup.max_model_len,
+                                       steps_per_schedule=multi_step)
+    spec = w.speculative
+    draft = None
+    if spec is not None and spec.draft_model is not None:
+        draft = CostModel(load_model(spec.draft_model), setup.hardware, setup.weights, setup.kv_cache, mode=w.mode,
+                          unit_step_s=0.0, engine=setup.engine, tp=w.tp)
+    cost = CostModel(setup.model, setup.hardware, setup.weights, setup.kv_cache, mode=w.mode, unit_step_s=w.unit_step_s,
+                     engine=setup.engine, tp=w.tp, draft_tokens=spec.draft_tokens if spec else 0, draft=draft)
+    schedule = TokenSchedule.for_speculation(spec.draft_tokens, spec.acceptance_rate) if spec else TokenSchedule()
+    running = RunningSet(kv.block_size, cost.window if w.mode == "realistic" else 0, num_classes, schedule)
+    swap = None
+    if sched.preemption == "swap":
+        bytes_per_token = setup.memory.bytes_per_block / setup.memory.block_size
+        swap = SwapSpace(w.swap_space_gib * 2**30, bytes_per_token * kv.block_size,
+                         setup.hardware.interconnect.pcie_bytes_per_s)
+    return Replica(index, scheduler, kv, cost, running, swap=swap)
+
+def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
+             progress: Callable[[int, int | None], None] | None = None, objectives: Objectives | None = None,
+             percentiles: tuple[float, ...] | None = None, price: float | dict[str, float] | None = None,
+             **overrides) -> RunResult:
+    """Run one simulation. `workload` is a config object or a YAML path; keyword overrides are
+    the CLI's (gpu, model, kv_cache, scheduler, allocator, rate, requests, seed, ...).
+    `objectives` (capsim.results.slo) judge the run (default: the workload's `slo:` block); `percentiles`
+    are reported besides mean and median (default 90 and 99, plus any a limit needs); `price`
+    overrides the profile's $ per GPU-hour (one number, or {GPU name: price}).
+    `progress(finished, total)` is called now and then during the run (total: the workload's
+    request count, None when a closed loop has none)."""
+    if isinstance(workload, (str, Path)):
+        source, base_dir = short_path(workload), Path(workload).parent
+        w = load_workload(workload)
+    else:
+        source, base_dir, w = "workload", None, workload
+    w = apply_overrides(w, source, **overrides)
+    setup = resolve(w, source, base_dir)
+    stream = build_stream(w, base_dir)
+    replicas = [build_replica(setup, i, num_classes=len(stream.class_names)) for i in range(w.replicas)]
+    engine = Engine(replicas, stream, horizon_s=w.horizon_s, macro_steps=macro_steps, router=w.router,
+                    progress=progress)
+    with _collector_paused():
+        end_s = engine.run()
+    if objectives is None:
+        objectives = from_workload(setup.workload.slo)
+    asked = DEFAULT_PERCENTILES if percentiles is None else percentiles
+    return _result(setup, engine, end_s, objectives, tuple(sorted(set(asked) | set(objectives.percentiles()))), price)
+
+@contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off while the engine runs: the engine makes no reference
+    cycles (a collection right after a 20K-request run finds nothing to free compiled, and a few
+    hundred objects in plain Python), so its passes over the millions of objects a run allocates
+    only cost time (9% of the compiled engine's instructions at 2,000 requests). Reference
+    counting still frees everything as before; the collector's state is restored afterwards."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+def _result(setup: Setup, engine: Engine, end_s: float, objectives: Objectives, percentiles: tuple[float, ...],
+            price) -> RunResult:
+    requests = engine.requests.columns()
+    log, cm = engine.steps, engine.replicas[0].cost
+    if log.large:  # summarise in chunks; the table gets one row per macro-step, when asked for
+        totals = log.totals(cm.decode_detail)
+        table = partial(step_table, partial(log.segment_columns, cm.decode_detail))
+        parts = partial(step_parts, partial(log.segment_parts, cm.decode_detail))
+    else:
+        steps = log.columns(cm.decode_detail)
+        totals = step_totals(steps)
+        table = partial(step_table, partial(dict, steps))
+        parts = partial(step_parts, partial(list, [steps]))
+    gaps = Gaps(*engine.gaps.parts(log.segment_ends, log.segment_starts, log.decoder_gaps()))
+    class_names, reasons = engine.stream.class_names, engine.requests.reject_reasons
+    users = engine.stream.users if engine.closed_loop else None
+    window = choose_window(requests, setup.workload.measure, users)
+    summary = summarize(
+        requests, totals, gaps, duration_s=end_s, peak_flops=cm.peak, bandwidth_bytes_per_s=cm.bandwidth,
+        kv_capacity_tokens=setup.memory.kv_tokens, replicas=len(engine.replicas), reject_reasons=reasons,
+        window=window, saturation=saturation(requests, window, engine.closed_loop, end_s=end_s), percentiles=percentiles,
+        goodput_ms=objectives.goodput_ms,
+    )
+    if len(class_names) > 1:
+        summary["classes"] = per_class(requests, class_names, gaps, window, percentiles)
+    if setup.workload.arrivals.kind == "trace":  # the trace's first arrival: the run's time 0
+        summary["trace_time_offset_s"] = engine.stream.time_offset_s
+    if setup.allocator == "contiguous":
+        summary["kv_reserved_unused"], summary["kv_internal_waste"] = summary["kv_internal_waste"], 0.0
+    else:
+        summary["kv_reserved_unused"] = 0.0
+    summary.update(_feature_stats(setup, engine, totals, requests))
+    summary.update(kv_fit(requests, setup.memory.kv_tokens, setup.max_model_len))
+    summary.update(_cost(setup, summary, price))
+    summary["setup"] = describe(setup)
+    summary["verdict"] = judge(summary, objectives, setup, kv_alternatives(setup, summary.get("mean_request_tokens")),
+                               capacity_command(setup.source, objectives, engine.closed_loop)).as_dict()
+    return RunResult(setup, summary, gaps, partial(request_table, requests, class_names, reasons), table,
+                     parts, steps_per_row=log.large, events=engine.events,
+                     provenance=provenance(setup, summary, objectives), window=window)
+
+def kv_fit(requests: dict[str, np.ndarray], kv_tokens: int, max_model_len: int) -> dict:
+    """Concurrent sequences the KV cache holds: at the workload's mean request length (prompt +
+    output of the requests that arrived) and at max_model_len (the guaranteed worst case)."""
+    lengths = requests["prompt_tokens"].astype(np.int64) + requests["output_tokens"].astype(np.int64)
+    mean_tokens = float(lengths.mean()) if len(lengths) else None
+    return {"mean_request_tokens": mean_tokens,
+            "max_seqs_at_mean_request": int(kv_tokens // mean_tokens) if mean_tokens else None,
+            "max_seqs_at_max_model_len": int(kv_tokens // max_model_len)}
+
+def _cost(setup: Setup, summary: dict, price) -> dict:
+    """The deployment's cost at this run's load (capsim.results.cost): every GPU of every replica."""
+    w = setup.workload
+    per_gpu, source = price_for(setup.hardware.name, setup.hardware.price_per_hour_usd, price)
+    cost = deployment_cost(per_gpu, source, deployment_gpus(w.tp, 1, w.replicas), summary["output_throughput"],
+                           summary["total_token_throughput"], load_text(w))
+    return {"gpus": cost.gpus, "usd_per_hour": cost.usd_per_hour, "usd_per_m_output_tokens": cost.usd_per_m_output_tokens,
+            "usd_per_m_total_tokens": cost.usd_per_m_total_tokens, "cost": cost.as_dict()}
+
+def load_text(w: WorkloadConfig) -> str:
+    """The offered load in words ('2 req/s offered (poisson)', '200 closed-loop users ...')."""
+    a = w.arrivals
+    if a.kind in ("poisson", "gamma", "constant"):
+        return f"{a.rate_per_s:g} req/s offered ({a.kind})"
+    if a.kind == "closed_loop":
+        return f"{a.users:,} closed-loop users, {a.think_time_s:g} s think time"
+    if a.kind == "trace":
+        return f"the trace {Path(a.file).name} at time scale {a.time_scale:g}"
+    return f"{w.requests:,} requests at once"
+
+def kv_alternatives(setup: Setup, mean_tokens: float | None) -> list[tuple[str, int]]:
+    """Sequences of the mean request length the KV cache would hold with an 8-bit KV cache and with
+    twice the tensor parallelism (each where it applies), for the verdict's next steps."""
+    if not mean_tokens or setup.memory.overridden:
+        return []
+    out = []
+    if setup.kv_cache.bits_per_value > 8:
+        fp8 = budget_with(setup, kv_fmt=get_format("fp8_e4m3", for_kv=True))
+        out.append(("fp8 KV", int(fp8.kv_tokens // mean_tokens)))
+    tp = setup.workload.tp * 2
+    if tp <= 8 and setup.model.num_heads % tp == 0:
+        wider = budget_with(setup, tp=tp)
+        out.append((f"TP {tp}", int(wider.kv_tokens // mean_tokens)))
+    return out
+
+def capacity_command(source: str, objectives: Objectives, users: bool = False) -> str:
+    """The `capsim capacity` command a user would run next for this workload and these SLOs."""
+    slo = [f"--slo {key.split('_')[1]}_{'p50' if key.startswith('median') else key.split('_')[0]}_ms={v:g}"
+           for key, v in objectives.limits_ms.items()]
+    if objectives.goodput_ms:
+        slo.append("--slo '" + " ".join(f"{m}:{v:g}" for m, v in objectives.goodput_ms.items()) + "'")
+    slo_text = " ".join(slo) if slo else "--slo ttft_p99_ms=2000 --slo tpot_p99_ms=50"
+    return f"capsim capacity {source} {slo_text}" + (" --users" if users else "")
+
+def _feature_stats(setup: Setup, engine: Engine, totals: dict, requests: dict[str, np.ndarray]) -> dict:
+    """Prefix caching, sharing and swapping figures (zeros when the features are off)."""
+    queried = engine.prompt_tokens_admitted
+    busy = totals["busy_s"]
+    block_bytes = setup.memory.bytes_per_block
+    done = requests["replica"][requests["outcome"] == OUTCOMES.index("completed")].astype(np.int64)
+    return {
+        "prefix_cache_hit_rate": engine.prefill_tokens_saved / queried if queried else 0.0,
+        "prefill_tokens_saved": int(engine.prefill_tokens_saved),
+        "kv_memory_saved_bytes": totals["shared_time"] / busy * block_bytes if busy else 0.0,
+        "kv_memory_saved_peak_bytes": float(totals["max_shared"] * block_bytes),
+        "swapped_bytes": float(engine.swapped_bytes),
+        "replicas": len(engine.replicas),
+        "completed_per_replica": [int(n) for n in np.bincount(done, minlength=len(engine.replicas))],
+    }
