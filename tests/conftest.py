@@ -142,7 +142,8 @@ def run_cli(capsys, monkeypatch):
     """capsim's main() in this process: (exit code, stdout, stderr), on a 200-column console."""
     import sys
 
-    from capsim.cli.app import err, main, out
+    from capsim.cli.app import main
+    from capsim.cli.common import err, out
 
     monkeypatch.setattr(out, "width", 200)
     monkeypatch.setattr(err, "width", 200)

@@ -113,18 +113,19 @@ def test_run_draws_a_progress_bar_on_a_terminal_only(monkeypatch):
     import io
 
     import capsim.cli.app
+    import capsim.cli.common
     import capsim.sim.engine
     from rich.console import Console
     from typer.testing import CliRunner
 
     monkeypatch.setattr(capsim.sim.engine, "PROGRESS_EVERY", 8)
     screen = io.StringIO()
-    monkeypatch.setattr(capsim.cli.app, "err", Console(file=screen, force_terminal=True, width=100))
+    monkeypatch.setattr(capsim.cli.common, "err", Console(file=screen, force_terminal=True, width=100))
     result = CliRunner().invoke(capsim.cli.app.app, ["run", str(ROOT / "workloads/chat.yaml"), "--requests", "200"])
     assert result.exit_code == 0 and "Successful requests:" in result.output
     assert "chat.yaml, requests finished" in screen.getvalue() and "/200" in screen.getvalue()
     screen.seek(0), screen.truncate()
-    monkeypatch.setattr(capsim.cli.app, "err", Console(file=screen, force_terminal=False))
+    monkeypatch.setattr(capsim.cli.common, "err", Console(file=screen, force_terminal=False))
     assert CliRunner().invoke(capsim.cli.app.app, ["run", str(ROOT / "workloads/chat.yaml"), "--requests", "200"]).exit_code == 0
     assert screen.getvalue() == ""  # not a terminal: no bar
 

@@ -1,0 +1,30 @@
+"""`capsim plot`: the figures of a saved run, sweep, compare or capacity search, redrawn from the
+CSV/JSON files its --out folder holds."""
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from capsim.cli.common import SloOpt, _outputs, _wrote
+from capsim.errors import CapsimError, quote
+
+
+def plot(
+    run_dir: Annotated[Path, typer.Argument(help="a directory written by run/sweep/compare/capacity --out")],
+    out_dir: Annotated[Optional[Path], typer.Option("--out", help="where to write the figures (default RUN_DIR/plots; "
+                                                    "replaced whole)")] = None,
+    slo: SloOpt = None,
+) -> None:
+    """Redraw the figures of a saved run (latency CDFs, KV memory, batch size, slot Gantt) or of a
+    saved sweep, compare or capacity search, from its CSV/JSON files alone."""
+    from capsim.report.planning_figures import plot_saved
+    from capsim.results.slo import parse_objectives
+
+    goals = parse_objectives(slo)
+    if not run_dir.is_dir():
+        raise CapsimError(f"{quote(str(run_dir), 120)}: not a folder; give the folder a run, sweep, compare or capacity "
+                          "search wrote with --out.")
+    outputs = _outputs("plots", None, out_dir or run_dir / "plots", option="--out")
+    _wrote(outputs.save(lambda folder: [], lambda folder: plot_saved(run_dir, folder, goals)))
+
