@@ -4,7 +4,7 @@ summarised in chunks and tabulated one row per macro-step."""
 import numpy as np
 import pytest
 from capsim.sim import step_log
-from capsim.cost.roofline import DecodeSteps
+from capsim.cost.decode_runs import DecodeSteps
 from capsim.api import simulate
 from capsim.sim.step_log import Records, Rows, StepLog, step_totals
 from conftest import workload
