@@ -185,11 +185,11 @@ def test_decode_ends_sum_each_steps_decode_seconds_in_order(tiny_model, round_gp
     """Every path of decode_ends (the loops with and without sliding layers, given offsets, numpy
     for long runs) ends where adding up decode_seconds one step at a time does, to the bit, and
     stops after the first step ending at or after `until`."""
-    import capsim.cost.roofline as cost_model
+    import capsim.cost.decode_runs as decode_runs
 
     cm = _cm(tiny_model, round_gpu)
     n, ctx_full0, now = 3, 500, 1.0
-    steps = offsets or range(1, cost_model._VECTOR_FROM + 6)
+    steps = offsets or range(1, decode_runs._VECTOR_FROM + 6)
     t, expected = now, []
     for o in steps:
         t = t + cm.decode_seconds(n, ctx_full0 + n * o, ctx_sliding0 + below * o)
@@ -197,7 +197,7 @@ def test_decode_ends_sum_each_steps_decode_seconds_in_order(tiny_model, round_gp
     k = len(expected)
     assert list(cm.decode_ends(n, k, now, ctx_full0, ctx_sliding0, below, offsets)) == expected
     if offsets is None:
-        short = cost_model._VECTOR_FROM - 1
+        short = decode_runs._VECTOR_FROM - 1
         assert cm.decode_ends(n, short, now, ctx_full0, ctx_sliding0, below) == expected[:short]
     until = (expected[2] + expected[3]) / 2
     assert list(cm.decode_ends(n, k, now, ctx_full0, ctx_sliding0, below, offsets, until=until)) == expected[:4]

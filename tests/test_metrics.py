@@ -2,17 +2,16 @@
 
 import numpy as np
 import pytest
-from capsim.results import summary as metrics
-from capsim.results.summary import (
-    Gaps,
+from capsim.results import distributions
+from capsim.results.distributions import (
     distribution,
     median,
     quantiles,
-    summarize,
     values_at_ranks,
     weighted_distribution,
     weighted_percentile,
 )
+from capsim.results.summary import Gaps, summarize
 from capsim.sim.request_log import GapLog, RequestLog
 from capsim.sim.step_log import StepLog, step_totals
 from conftest import make_request
@@ -51,7 +50,7 @@ def test_chunked_distribution_equals_the_in_memory_one(monkeypatch):
     pieces = lambda: ((values[i:i + 700], counts[i:i + 700]) for i in range(0, 5000, 700))
     in_memory = weighted_distribution(pieces, "itl")
     assert in_memory == distribution(values, "itl", counts)
-    monkeypatch.setattr(metrics, "_IN_MEMORY_PAIRS", 10)
+    monkeypatch.setattr(distributions, "_IN_MEMORY_PAIRS", 10)
     assert weighted_distribution(pieces, "itl") == in_memory
     assert in_memory["p99_itl_ms"] == pytest.approx(np.percentile(np.repeat(values, counts), 99), abs=1e-9)
 

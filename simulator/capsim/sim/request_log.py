@@ -1,5 +1,5 @@
 """The engine's request-side records: one row per request (RequestLog) and the inter-token gaps
-its sequences see (GapLog), written into flat buffers (step_log.Records) as the run goes.
+its sequences see (GapLog), written into flat buffers (capsim.sim.buffers) as the run goes.
 
 They are written once per request and once per step, so `pip install .` compiles this module
 with the engine (setup.py); capsim.results.summary, which reads them into the summary, stays plain Python.
@@ -11,7 +11,7 @@ import numpy as np
 
 from capsim.core.names import OUTCOMES
 from capsim.core.request import Request
-from capsim.sim.step_log import Records, Rows
+from capsim.sim.buffers import Records, Rows
 
 _NAN = float("nan")
 # GapLog.parts(): single gaps (gap_s, count, cls, end_s columns), then per macro-step segment its

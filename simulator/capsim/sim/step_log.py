@@ -16,6 +16,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from capsim.sim.buffers import Records, Rows
+from capsim.sim.step_table import (joined, merged, per_segment, rows_at_or_before, rows_in_time_order, step_chunks,
+                                   tie_chunks, time_sorted)
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -25,74 +29,6 @@ _TOTALS_ROWS = 100_000  # a large run's sums are taken over this many steps at a
 # Decode steps expanded at a time by columns(): 15,000 float64 values are 120 KB, below glibc's
 # 128 KiB threshold for giving an allocation its own fresh pages.
 _EXPAND_STEPS = 15_000
-
-
-class Rows:
-    """Fixed-width numeric rows kept as one flat buffer (one C call per row, one zero-copy matrix
-    at the end). Integer buffers start narrow (int32) and widen to int64 the first time a value
-    needs it, so they cost half as much while every value stays exact. A row is packed by a
-    precompiled struct: array.extend converted each value through the argument parser, which
-    took a quarter of the engine's time once the engine was compiled."""
-
-    _WIDER = {"h": "i", "i": "q"}
-
-    def __init__(self, width: int, typecode: str = "d") -> None:
-        self.width = width
-        self.data = bytearray()
-        self._set_type(typecode)
-
-    def _set_type(self, typecode: str) -> None:
-        self.typecode = typecode
-        packer = struct.Struct(f"={self.width}{typecode}")  # native order, standard sizes (numpy's)
-        self.pack, self.row_bytes = packer.pack, packer.size
-
-    def __len__(self) -> int:
-        return len(self.data) // self.row_bytes
-
-    def add(self, values) -> None:
-        try:
-            self.data += self.pack(*values)
-        except struct.error:
-            self.widen_for(values)
-
-    def widen_for(self, values) -> None:
-        """A value of this row does not fit the type: widen the buffer, then add the row."""
-        if self.typecode not in self._WIDER:
-            raise OverflowError(f"a value of {tuple(values)} does not fit a '{self.typecode}' record")
-        old = np.frombuffer(self.data, dtype=self.typecode)
-        self._set_type(self._WIDER[self.typecode])
-        self.data = bytearray(old.astype(self.typecode).tobytes())
-        self.add(values)
-
-    def matrix(self) -> np.ndarray:
-        return np.frombuffer(self.data, dtype=self.typecode).reshape(-1, self.width)
-
-
-class Records:
-    """Rows of named numeric fields: the float ones in a float64 buffer, the rest in an integer
-    one (Rows: int32 until a value needs int64)."""
-
-    def __init__(self, fields: tuple[str, ...], floats: tuple[str, ...]) -> None:
-        self.fields = fields
-        self._float_names = tuple(f for f in fields if f in floats)
-        self._int_names = tuple(f for f in fields if f not in floats)
-        self._f = Rows(len(self._float_names), "d")
-        self._i = Rows(len(self._int_names), "i")
-
-    def __len__(self) -> int:
-        return len(self._i) if self._int_names else len(self._f)
-
-    def add(self, floats: tuple, ints: tuple) -> None:
-        """One row: its float fields, then the others, each in field order."""
-        self._f.data += self._f.pack(*floats)  # float64 takes any float: no widening to handle
-        self._i.add(ints)
-
-    def columns(self) -> dict[str, np.ndarray]:
-        """Each field's column (views into the buffers: read them once the rows are all in)."""
-        f, i = self._f.matrix(), self._i.matrix()
-        out = {name: f[:, j] for j, name in enumerate(self._float_names)}
-        out.update({name: i[:, j] for j, name in enumerate(self._int_names)})
-        return {name: out[name] for name in self.fields}
 
 
 # The steps table's columns (a per-macro-step table adds `steps`). Module-level so that plain
@@ -216,13 +152,13 @@ class StepLog:
         seg = self._seg()
         ks = seg["k"]
         ends = self.segment_ends
-        row = _rows_in_time_order(single, ends, seg["replica"], ks)  # each step's row: singles, then segment steps
+        row = rows_in_time_order(single, ends, seg["replica"], ks)  # each step's row: singles, then segment steps
         if single is not None:
             for name in self.COLUMNS:
                 out[name][row[:len(single["end_s"])]] = single[name]
         into = row[len(row) - len(ends):]
         first = seg["first"]
-        for a, b in _step_chunks(ks, _EXPAND_STEPS):
+        for a, b in step_chunks(ks, _EXPAND_STEPS):
             part = self._expand(pricer, a, b)
             where = into[first[a]:first[b - 1] + int(ks[b - 1])]
             for name in self.COLUMNS:
@@ -236,7 +172,7 @@ class StepLog:
     def segment_columns(self, pricer) -> dict[str, np.ndarray]:
         """One row per single step and one per macro-step (its last step's state; duration,
         tokens, FLOPs and bytes summed; `steps` forward passes in the row): segment_parts joined."""
-        return _joined(list(self.segment_parts(pricer)), self.COLUMNS + ("steps",), self.DTYPES + (np.int64,))
+        return joined(list(self.segment_parts(pricer)), self.COLUMNS + ("steps",), self.DTYPES + (np.int64,))
 
     def segment_parts(self, pricer) -> Iterator[dict[str, np.ndarray]]:
         """segment_columns' rows in time order (replica breaking ties, single steps before
@@ -247,7 +183,7 @@ class StepLog:
         columns, dtypes = self.COLUMNS + ("steps",), self.DTYPES + (np.int64,)
         single: dict[str, np.ndarray] = {}
         if len(self._single):
-            single = _sorted(self._single_columns() | {"steps": np.ones(len(self._single), dtype=np.int64)})
+            single = time_sorted(self._single_columns() | {"steps": np.ones(len(self._single), dtype=np.int64)})
         n_single = len(self._single)
         seg = self._seg()
         ks = seg["k"].astype(np.int64)
@@ -255,12 +191,12 @@ class StepLog:
         if (np.diff(last_end) < 0).any():
             raise RuntimeError("macro-steps were recorded out of time order (a capsim bug)")
         taken = 0  # single steps already in a part
-        for a, b in _tie_chunks(last_end, CHUNK_SEGMENTS):
-            part = _per_segment(self._expand(pricer, a, b), ks[a:b])
-            part = _sorted({name: part[name].astype(dt, copy=False) for name, dt in zip(columns, dtypes)})
-            before = _rows_at_or_before(single, part) if n_single else np.zeros(b - a, dtype=np.int64)
+        for a, b in tie_chunks(last_end, CHUNK_SEGMENTS):
+            part = per_segment(self._expand(pricer, a, b), ks[a:b])
+            part = time_sorted({name: part[name].astype(dt, copy=False) for name, dt in zip(columns, dtypes)})
+            before = rows_at_or_before(single, part) if n_single else np.zeros(b - a, dtype=np.int64)
             upto = n_single if b == len(ks) else int(before[-1])
-            yield _merged(single, taken, upto, part, before - taken)
+            yield merged(single, taken, upto, part, before - taken)
             taken = upto
         if not len(ks) and n_single:
             yield single
@@ -350,37 +286,6 @@ class StepLog:
         return (tokens // bs) * n + prefix[which, tokens % bs]
 
 
-def _rows_in_time_order(single: dict | None, ends: np.ndarray, seg_replicas: np.ndarray,
-                        ks: np.ndarray) -> np.ndarray:
-    """The row of the table (time order, replica breaking ties, then single steps before decode
-    steps) of each single step and then each decode step."""
-    n_single = 0 if single is None else len(single["end_s"])
-    times = ends if single is None else np.concatenate((single["end_s"], ends))
-    one_replica = not seg_replicas.any() and (single is None or not single["replica"].any())
-    if one_replica:  # two sorted runs: a stable merge (np.lexsort with equal replicas orders the same)
-        order = np.argsort(times, kind="stable")
-    else:
-        replicas = np.repeat(seg_replicas, ks)
-        if single is not None:
-            replicas = np.concatenate((single["replica"], replicas))
-        order = np.lexsort((replicas, times))
-    row = np.empty(n_single + len(ends), dtype=np.intp)
-    row[order] = np.arange(len(row))
-    return row
-
-
-def _step_chunks(ks: np.ndarray, steps: int) -> list[tuple[int, int]]:
-    """Runs of consecutive segments of about `steps` steps each (a longer segment on its own)."""
-    ends = np.cumsum(ks, dtype=np.int64)
-    chunks, a, n = [], 0, len(ks)
-    while a < n:
-        base = int(ends[a - 1]) if a else 0
-        b = max(a + 1, int(np.searchsorted(ends, base + steps, side="right")))
-        chunks.append((a, min(b, n)))
-        a = b
-    return chunks
-
-
 def _per_step_gain(gained: np.ndarray, j: np.ndarray) -> np.ndarray:
     """Tokens gained in each step from the running totals (a segment's first step: its total)."""
     step = np.diff(gained, prepend=0)
@@ -389,87 +294,11 @@ def _per_step_gain(gained: np.ndarray, j: np.ndarray) -> np.ndarray:
     return step
 
 
-def _joined(parts: list[dict], columns: tuple, dtypes: tuple) -> dict[str, np.ndarray]:
-    """The parts' rows as one table, built a column at a time, each part's copy of a column
-    popped once it is joined (the parts end up empty), so a million-request run's table never
-    exists twice over."""
-    if not parts:
-        return {name: np.zeros(0, dtype=dt) for name, dt in zip(columns, dtypes)}
-    return {name: np.concatenate([p.pop(name) for p in parts]) for name in columns}
-
-
-def _sorted(table: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The rows in time order, replica breaking ties (stable: equal keys keep their order)."""
-    end, replica = table["end_s"], table["replica"]
-    if ((end[1:] > end[:-1]) | ((end[1:] == end[:-1]) & (replica[1:] >= replica[:-1]))).all():
-        return table
-    order = np.lexsort((replica, end))
-    return {name: col[order] for name, col in table.items()}
-
-
-def _tie_chunks(last_end: np.ndarray, size: int) -> list[tuple[int, int]]:
-    """Runs of about `size` segments, never splitting segments that end at the same time (their
-    order, by replica, is settled within one run)."""
-    chunks, a, n = [], 0, len(last_end)
-    while a < n:
-        b = min(a + size, n)
-        while b < n and last_end[b] == last_end[b - 1]:
-            b += 1
-        chunks.append((a, b))
-        a = b
-    return chunks
-
-
-def _rows_at_or_before(single: dict[str, np.ndarray], part: dict[str, np.ndarray]) -> np.ndarray:
-    """For each row of `part`, how many single steps come before it: those ending earlier, or
-    at the same time on a replica numbered no higher (both tables sorted that way)."""
-    s_end, end = single["end_s"], part["end_s"]
-    low = np.searchsorted(s_end, end, side="left")
-    high = np.searchsorted(s_end, end, side="right")
-    count = low.astype(np.int64)
-    s_replica, replica = single["replica"], part["replica"]
-    for i in np.flatnonzero(high > low).tolist():  # same end time (with several replicas): by replica
-        count[i] += int(np.searchsorted(s_replica[low[i]:high[i]], replica[i], side="right"))
-    return count
-
-
-def _merged(single: dict[str, np.ndarray], taken: int, upto: int, part: dict[str, np.ndarray],
-            before: np.ndarray) -> dict[str, np.ndarray]:
-    """Single steps taken..upto-1 and the rows of `part` in one table; `before[i]`: how many of
-    those single steps come before part's row i."""
-    if upto == taken:
-        return part
-    rows = len(before)
-    at = np.arange(rows) + before  # each part row's place in the merged table
-    is_single = np.ones(rows + upto - taken, dtype=bool)
-    is_single[at] = False
-    out = {}
-    for name, col in part.items():
-        merged = np.empty(len(is_single), dtype=col.dtype)
-        merged[at] = col
-        merged[is_single] = single[name][taken:upto]
-        out[name] = merged
-    return out
-
-
 def as_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
     """A steps table from its columns (pandas is imported here, when a table is wanted)."""
     import pandas as pd
 
     return pd.DataFrame(columns)
-
-
-def _per_segment(cols: dict, ks: np.ndarray) -> dict:
-    """Collapse each segment's per-step rows into one (last step's state, sums of the flows)."""
-    starts = np.cumsum(ks) - ks
-    last = starts + ks - 1
-    out = {name: col[last] for name, col in cols.items()}
-    for name in ("duration_s", "decode_tokens", "flops", "bytes"):
-        out[name] = np.add.reduceat(cols[name], starts)
-    time_in = {code: np.add.reduceat(np.where(cols["bound"] == code, cols["duration_s"], 0.0), starts) for code in range(3)}
-    out["bound"] = np.argmax(np.stack([time_in[c] for c in range(3)]), axis=0).astype(np.int8)
-    out["steps"] = ks
-    return out
 
 
 def step_totals(cols: dict) -> dict:
