@@ -41,3 +41,19 @@ def test_no_module_imports_itself_back():
 def test_every_package_says_what_it_holds_and_may_import(package):
     doc = (ROOT / "simulator" / "capsim" / package / "__init__.py").read_text()
     assert doc.lstrip().startswith('"""') and "import" in doc.split('"""')[1]
+
+
+def test_simpy_internals_are_touched_only_in_the_clock_module():
+    """SimPy's private attributes (its clock, queue, event counter, an event's state) are read
+    or written only in capsim/sim/clock.py, which says why; everything else uses SimPy's API."""
+    import re
+
+    private = re.compile(r"\benv\._|\._(now|eid|queue|ok|value|triggered|processed)\b")
+    offenders = []
+    for path in sorted((ROOT / "simulator" / "capsim").rglob("*.py")):
+        if path.name == "clock.py" and path.parent.name == "sim":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if private.search(line.split("#")[0]):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert offenders == []

@@ -13,7 +13,7 @@ from capsim.results.distributions import (
 )
 from capsim.results.summary import Gaps, summarize
 from capsim.sim.request_log import GapLog, RequestLog
-from capsim.sim.step_log import StepLog, step_totals
+from capsim.sim.step_log import StepLog, StepRecord, step_totals
 from conftest import make_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -93,7 +93,7 @@ def test_summary_counts_throughput_and_kv_utilisation():
     log.write(make_request(5000, 1, rid=1, arrival_s=0.5), "rejected", "too_long")
     steps = StepLog(block_size=16)
     for end, stored in ((1.0, 16), (2.0, 32)):  # columns in StepLog.COLUMNS order
-        steps.add(end, 1.0, 0, 1, 4, 0, 1, 1, 1e12, 1e9, 2, 32, stored, 0, 0, 0)
+        steps.add(StepRecord(end, 1.0, 0, 1, 4, 0, 1, 1, 1e12, 1e9, 2, 32, stored, 0, 0, 0))
     gaps = GapLog()
     gaps.add(0.1, 10)
     s = summarize(log.columns(), step_totals(steps._single_columns()), Gaps(*gaps.parts()), duration_s=4.0, peak_flops=1e12,

@@ -6,7 +6,7 @@ import pytest
 from capsim.sim import step_log
 from capsim.cost.decode_runs import DecodeSteps
 from capsim.api import simulate
-from capsim.sim.step_log import StepLog, step_totals
+from capsim.sim.step_log import StepLog, StepRecord, step_totals
 from conftest import workload
 
 
@@ -16,7 +16,7 @@ def _pricer(n, full, sliding):
 
 def test_a_macro_segment_expands_into_its_steps():
     log = StepLog(block_size=4)
-    log.add(1.0, 1.0, 0, 2, 8, 10, 0, 0, 1.0, 1.0, 3, 12, 10, 0, 0, 0)
+    log.add(StepRecord(1.0, 1.0, 0, 2, 8, 10, 0, 0, 1.0, 1.0, 3, 12, 10, 0, 0, 0))
     # 5 decode steps of 2 sequences; residues: one of them needs a block at steps 1 and 5, the
     # other at step 3
     log.add_segment([2.0, 3.0, 4.0, 5.0, 6.0], 1.0, 0, 2, 8, 3, (1, 0, 1, 0), 10, 0, 10, 0, 0)
@@ -94,7 +94,7 @@ def test_the_per_macro_step_table_is_the_same_in_any_number_of_parts(round_gpu_f
 def test_parts_put_single_steps_first_among_rows_that_end_together(monkeypatch):
     log = StepLog(block_size=4)
     for end, replica in ((1.0, 1), (1.0, 0), (2.0, 0)):  # single steps, replica 1 recorded first
-        log.add(end, 0.5, replica, 1, 8, 4, 0, 0, 1.0, 1.0, 1, 4, 4, 0, 0, 0)
+        log.add(StepRecord(end, 0.5, replica, 1, 8, 4, 0, 0, 1.0, 1.0, 1, 4, 4, 0, 0, 0))
     for ends, replica in (([0.75, 1.0], 1), ([0.8, 1.0], 0), ([1.5, 2.0], 0)):
         log.add_segment(ends, ends[0] - 0.25, replica, 2, 8, 3, (0, 0, 0, 0), 10, 0, 10, 0, 0)
     for size in (1, 2, 10):

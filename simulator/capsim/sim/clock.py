@@ -1,5 +1,11 @@
 """The engine's SimPy clock: an environment that schedules at absolute times, and its event.
 
+The only module that touches SimPy's private attributes, for two reasons: an event queued at an
+exact absolute time (`schedule_at`: SimPy only offers now + delay, and a float sum cannot reach
+every float), and the count of events a run took (`events_scheduled`). Both rely on the layout of
+simpy.Environment (`_queue` entries (time, priority, event id, event), `_now`, the `_eid` counter),
+unchanged since SimPy 3; pyproject.toml pins SimPy to the release series this is tested against.
+
 Kept apart from capsim.sim.engine because the engine is compiled with mypyc (setup.py), and a
 compiled class cannot extend SimPy's Python classes safely; these two stay plain Python.
 """
@@ -17,14 +23,16 @@ class Environment(simpy.Environment):
 
     SimPy schedules at now + delay, and a float sum cannot reach every float: a macro-step
     summed once and k steps summed one by one must end on the same bits, so step ends are
-    pushed at their absolute time. (This uses the queue layout of simpy.Environment.schedule,
-    unchanged since SimPy 3: (time, priority, event id, event).) The engine reads the clock from
-    `_now`, where SimPy keeps it, and with one replica pulling its arrivals moves it there itself
-    (Engine._run_alone): no event is queued then."""
+    pushed at their absolute time."""
 
     def schedule_at(self, event: Event, priority: int, when: float) -> None:
         queue: list = self._queue
         heappush(queue, (max(when, self._now), priority, next(self._eid), event))
+
+    def events_scheduled(self) -> int:
+        """How many events were scheduled so far (SimPy numbers them with a counter; this takes
+        the next number, so call it once, when the run is over)."""
+        return next(self._eid)
 
 
 class At(Event):

@@ -30,16 +30,44 @@ import simpy
 
 from capsim.core.names import BOUNDS
 from capsim.core.plan import StepPlan
+from capsim.cost.roofline import StepCost
 from capsim.core.request import Request
 from capsim.sim.arrivals import open_loop, user
 from capsim.sim.clock import At
 from capsim.sim.intake import _STEP_END, InFlight, Intake
 from capsim.sim.replica import Replica
 from capsim.sim.request_log import GapLog
-from capsim.sim.step_log import StepLog
+from capsim.sim.step_log import StepLog, StepRecord
+from capsim.sim.token_gaps import TokenGaps
 from capsim.workload.streams import ClosedLoopStream, OpenLoopStream
 
 PROGRESS_EVERY = 4096  # step-loop iterations between two progress reports (a few per second)
+
+
+class Pass:
+    """One priced pass: a general step, or k decode steps run as one wait (a macro-step). What
+    the wait and the apply need from the pricing, passed whole."""
+
+    def __init__(self, start_s: float, ends: list[float] | np.ndarray, k: int, num_decoders: int,
+                 cost: StepCost | None) -> None:
+        self.start_s = start_s  # the clock when the pass was planned
+        self.ends = ends  # its steps' end times; the pass ends with the last
+        self.k = k  # steps it runs (0: the horizon falls inside the first, which never ends)
+        self.num_decoders = num_decoders  # running requests that decode one token per step
+        self.cost = cost  # a general step's price (decode steps are priced into `ends`)
+        # Decode steps: the state their records are computed from, taken before the wait.
+        self.used0 = 0  # KV units in use
+        self.stored0 = 0  # tokens stored
+        self.residues: tuple[int, ...] | None = None  # decoders per block-boundary residue (paged)
+        self.waiting: int | np.ndarray = 0  # queue length each step ends with (one number, or per step)
+        self.ctx_full0 = 0  # decoders' context sums now: all layers, sliding-window layers
+        self.ctx_sliding0 = 0
+        self.below = 0  # decoders still inside the sliding window
+        self.step0 = 0  # the running set's step count
+
+    @property
+    def end_s(self) -> float:
+        return float(self.ends[-1])
 
 
 class Engine(Intake):
@@ -59,11 +87,16 @@ class Engine(Intake):
         kv = replicas[0].kv
         self.steps = StepLog(kv.block_size, replicas[0].running.schedule, paged=kv.kind == "paged")
         self.gaps = GapLog()
+        self.tokens = TokenGaps(self.gaps, self.num_classes)
         self._sample_ids = 1 << 40  # forked samples get ids no arrival has
         self._clock_stops = 0  # pull mode: the step loop's waits (SimPy counts its own events)
         # After run(): the events the run took, its real work: each wait of a step loop (a step,
         # a macro-step, an idle wait) plus each arrival or send that was an event of its own.
         self.events = 0
+        # The clock as the step loops see it: SimPy's, read once each time a loop resumes (a
+        # native attribute, where `env.now` is a Python property call), or in pull mode moved by
+        # _run_alone itself.
+        self.now_s = 0.0
 
     # ---------------------------------------------------------------- running
 
@@ -82,27 +115,28 @@ class Engine(Intake):
         else:
             loops = [env.process(self._replica_loop(r)) for r in self.replicas]
             env.run(until=self.horizon_s if self.horizon_s is not None else simpy.AllOf(env, loops))
-        self.events = self._clock_stops + next(env._eid)  # SimPy numbers its events with a counter
+        self.events = self._clock_stops + env.events_scheduled()
         if self.pull and self.horizon_s is not None:  # arrived during the step the horizon cut short
             self._pull(math.nextafter(self.horizon_s, -math.inf))
         for rep in self.replicas:
             for req in list(rep.running.decoders()) + list(rep.waiting):
                 self.outcomes.unfinished(req)
-        return env.now
+        return self.now_s if self.pull else env.now
 
     def _run_alone(self, rep: Replica) -> None:
         """Pull mode: the step loop is the only process, so its waits need no event queue. It
-        yields the time it waits for and the clock moves there, stopping as SimPy's
-        run(until=horizon) does: before anything due at the horizon, with the clock at it."""
-        env, horizon = self.env, self.horizon_s
+        yields the time it waits for and the clock (now_s; SimPy's is not used) moves there,
+        stopping as SimPy's run(until=horizon) does: before anything due at the horizon, with the
+        clock at it."""
+        horizon = self.horizon_s
         for when in self._replica_loop(rep):
             if horizon is not None and when >= horizon:
                 break
-            if when > env._now:  # SimPy's clock (capsim.sim.clock): no event queued, the only process moves it
-                env._now = when
+            if when > self.now_s:
+                self.now_s = when
             self._clock_stops += 1
         if horizon is not None:
-            env._now = max(horizon, env._now)
+            self.now_s = max(horizon, self.now_s)
 
     def _wait(self, when: float, priority: int):
         """What the step loop yields to wait until `when`: an event for SimPy, or in pull mode
@@ -124,31 +158,37 @@ class Engine(Intake):
     # ---------------------------------------------------------------- the step loop
 
     def _replica_loop(self, rep: Replica):
+        """DESIGN §2's loop for one replica: plan, price, wait, apply."""
         env = self.env
         while True:
-            if self.progress is not None:
-                self._loops += 1
-                if not self._loops % PROGRESS_EVERY:
-                    self.progress(len(self.requests), self.total_requests)
+            self._report_progress()
             if self.closed_loop:  # let same-time sends (think time 0) arrive before planning
-                yield At(env, env._now, self._plan_first + rep.index)
+                yield At(env, self.now_s, self._plan_first + rep.index)
+                self.now_s = env.now
             if not rep.waiting and not rep.running:
                 if self._arrivals_done:
                     return
                 yield from self._idle(rep)
                 continue
-            plan = rep.scheduler.schedule(rep.waiting, rep.running, rep.kv)
-            self._start(rep, plan)
+            plan = rep.scheduler.schedule(rep.waiting, rep.running, rep.kv)  # a decision, nothing moves
+            self._start(rep, plan)  # rejections, preemptions, admissions and their blocks
             if plan.is_empty:
                 if self._arrivals_done and not rep.running and not plan.rejected:
                     raise RuntimeError("scheduler made no progress with nothing running (a capsim bug)")
                 if not plan.rejected:
                     yield from self._idle(rep)
                 continue
-            if plan.decode_only:
-                yield from self._decode(rep, plan)
-            else:
-                yield from self._step(rep, plan)
+            run = self._price(rep, plan)  # one step, or k decode steps at once (a macro-step)
+            yield from self._wait_for(rep, run)  # the only place time passes
+            if not run.k:  # the horizon ends the run during its first step
+                return
+            self._apply(rep, plan, run)  # tokens advance, requests finish, blocks move
+
+    def _report_progress(self) -> None:
+        if self.progress is not None:
+            self._loops += 1
+            if not self._loops % PROGRESS_EVERY:
+                self.progress(len(self.requests), self.total_requests)
 
     def _idle(self, rep: Replica):
         """Wait for an arrival (or, pushed arrivals, for whatever wakes the replica)."""
@@ -162,14 +202,13 @@ class Engine(Intake):
         rep.wake = self.env.event()
         yield rep.wake
         rep.wake = None
+        self.now_s = self.env.now
 
     def _start(self, rep: Replica, plan: StepPlan) -> None:
         """The plan's bookkeeping before the pass: rejections, preemptions, admissions, memory."""
         if plan.decode_only:
             return  # nothing to admit, preempt or allocate: decode blocks are promised in _decode
-        # SimPy's clock read as the attribute it keeps it in: `env.now` is a property, a
-        # Python call from compiled code, several per step (capsim.sim.clock says which internals are used).
-        now, running, kv = self.env._now, rep.running, rep.kv
+        now, running, kv = self.now_s, rep.running, rep.kv
         for _ in range(len(plan.admitted) + len(plan.rejected)):
             rep.waiting.popleft()
         for req, reason in plan.rejected:
@@ -191,32 +230,111 @@ class Engine(Intake):
         for req, n in zip(plan.scheduled, plan.new_tokens):
             kv.allocate(req, req.computed_tokens + n)
 
-    def _step(self, rep: Replica, plan: StepPlan):
-        """One general forward pass (prefill, mixed, or decodes listed one by one)."""
-        now, running, kv = self.env._now, rep.running, rep.kv
-        if plan.num_decodes:
-            context, sliding = running.decode_context(1)
-            cost = rep.cost.step_cost(plan, context, sliding)
+    def _fork(self, rep: Replica, parent: Request) -> None:
+        self.outcomes.forked(parent, parent.samples)
+        rep.fork(parent, self._sample_ids + 1)
+        self._sample_ids += parent.samples - 1
+
+    # ---------------------------------------------------------------- price, wait, apply
+
+    def _price(self, rep: Replica, plan: StepPlan) -> Pass:
+        """The pass's end time(s), and what its record needs from before the wait. Decode-only
+        plans run as many steps as the scheduler allows, up to the next arrival and the horizon."""
+        running, kv = rep.running, rep.kv
+        now = self.now_s
+        if not plan.decode_only:
+            if plan.num_decodes:
+                context, sliding = running.decode_context(1)
+                cost = rep.cost.step_cost(plan, context, sliding)
+            else:
+                cost = rep.cost.step_cost(plan)
+            if rep.swap_bytes_this_step:  # the copies over PCIe hold up this step
+                assert rep.swap is not None  # only swapping replicas copy over PCIe
+                cost = rep.cost.with_overhead(cost, rep.swap_bytes_this_step / rep.swap.link_bytes_per_s)
+                rep.swap_bytes_this_step = 0.0
+            if plan.num_decodes:
+                kv.promise(kv.decode_need(running, 1))
+            return Pass(now, [now + cost.seconds], 1, plan.num_decodes, cost)
+        n = running.num_decoding
+        k = min(plan.repeat_steps if self.macro_steps else 1, running.steps_to_window())
+        run = Pass(now, [], k, n, None)
+        run.ctx_full0 = running.context_sum(0)
+        run.below = running.num_decoding - running.num_above_window() if running.window else 0
+        run.ctx_sliding0 = running.sliding_context_sum(0) if running.window else 0
+        offsets = None if running.single else [running.tokens_ahead(j) + 1 for j in range(k)]
+        until = self.next_arrival_s() if plan.wake_on_arrival or len(self.replicas) > 1 else math.inf
+        ends = rep.cost.decode_ends(n, k, now, run.ctx_full0, run.ctx_sliding0, run.below, offsets, until)
+        run.k = k = self._cap_steps(ends, plan)
+        if k == 0:  # the first step crosses the horizon: it never completes
+            run.ends = ends[:1]
+            return run
+        run.ends = ends = ends[:k]
+        run.residues = running.residues() if kv.kind == "paged" else None
+        run.used0, run.stored0 = kv.used_units, rep.stored_tokens
+        kv.promise(kv.decode_need(running, k))
+        # The queue length each step ends with: arrivals land only in the last step when the
+        # macro-step stopped for them (read after the wait); elsewhere they are counted per step.
+        run.waiting = len(rep.waiting)
+        if k > 1 and self.next_arrival_s() <= ends[-2]:
+            run.waiting = run.waiting + self._arrivals_by(np.asarray(ends))
+        run.step0 = running.steps
+        return run
+
+    def _wait_for(self, rep: Replica, run: Pass):
+        """Wait until the pass ends. A macro-step a closed-loop send can join is cut short
+        (Intake._cut) and ends with its last step before the send."""
+        wait = self._wait(run.end_s, _STEP_END + rep.index)
+        if self._cutting and run.k > 1:
+            self._in_flight[rep.index] = InFlight(rep, run.ends, run.k, wait)
+            yield wait
+            cut = self._in_flight.pop(rep.index).k
+            if cut < run.k:
+                run.k, run.ends = cut, run.ends[:cut]
         else:
-            cost = rep.cost.step_cost(plan)
-        if rep.swap_bytes_this_step:  # the copies over PCIe hold up this step
-            assert rep.swap is not None  # only swapping replicas copy over PCIe
-            cost = rep.cost.with_overhead(cost, rep.swap_bytes_this_step / rep.swap.link_bytes_per_s)
-            rep.swap_bytes_this_step = 0.0
-        if plan.num_decodes:
-            kv.promise(kv.decode_need(running, 1))
-        end = now + cost.seconds
-        yield self._wait(end, _STEP_END + rep.index)
-        if self._due <= end:  # arrivals due by the step's end count in its queue length
+            yield wait
+        if not self.pull:  # in pull mode _run_alone has moved the clock already
+            self.now_s = self.env.now
+
+    def _apply(self, rep: Replica, plan: StepPlan, run: Pass) -> None:
+        """Carry out a pass that has ended: the arrivals due join the queue, the decoders advance
+        run.k steps, the scheduled requests their tokens; finished requests leave and free their
+        blocks; the pass is recorded (a row for a general step, a segment for decode steps)."""
+        running, end = rep.running, run.end_s
+        if self._due <= end:  # arrivals due by the pass's end count in its queue length
             self._pull(end)
-        gained = running.tokens_ahead(1) if plan.num_decodes else 0
-        finished = []
+        gained = running.tokens_ahead(run.k) if run.num_decoders else 0
+        finished: list[Request] = []
         emitters = 0
-        if plan.num_decodes:
-            running.advance(1, end)
-            emitters = self._step_gaps(rep, now, end)
+        if run.num_decoders:
+            running.advance(run.k, end)
+            emitters = self._decoder_tokens(rep, plan, run)
             finished = running.finishing()  # decoders with all their tokens at this tick
         cut = running.overshoot(finished)
+        emitting, prefill = self._advance_scheduled(rep, plan)
+        rep.stored_tokens += plan.num_tokens - plan.num_decodes + run.num_decoders * gained - cut
+        done = finished
+        if not plan.decode_only:  # then forked samples that wanted one token
+            done = self._emit_tokens(rep, emitting, run.start_s, end) + finished + running.finishing()
+        if plan.decode_only:
+            self._record_segment(rep, plan, run, cut)
+        else:
+            self._record_step(rep, plan, run, prefill, gained, cut, emitters)
+        self._release(rep, done, end)
+
+    def _decoder_tokens(self, rep: Replica, plan: StepPlan, run: Pass) -> int:
+        """The decoders' inter-token gaps for the pass (see TokenGaps.step for what it returns)."""
+        if not plan.decode_only:
+            return self.tokens.step(rep, run.start_s, run.end_s)
+        stale = bool(rep.stale)
+        if stale:  # the first step's gaps differ from the segment's: recorded one by one
+            self.tokens.decoders(rep, run.start_s, float(run.ends[0]))
+        self.gaps.add_segment(run.k, tuple(rep.running.class_counts), first=not stale)
+        return 0
+
+    def _advance_scheduled(self, rep: Replica, plan: StepPlan) -> tuple[list[Request], int]:
+        """The listed requests compute their tokens; returns those now due to sample one (their
+        prompt is done, or they decode one by one) and the prefill tokens computed."""
+        kv = rep.kv
         prefill = 0
         emitting = []
         for req, n in zip(plan.scheduled, plan.new_tokens):
@@ -227,8 +345,12 @@ class Engine(Intake):
                 kv.register(req)
             if req.computed_tokens == req.known_tokens:
                 emitting.append(req)
-        rep.stored_tokens += plan.num_tokens + plan.num_decodes * (gained - 1) - cut
-        self._emit(emitting, now, end)
+        return emitting, prefill
+
+    def _emit_tokens(self, rep: Replica, emitting: list[Request], start: float, end: float) -> list[Request]:
+        """Each emitting request samples a token; parallel samples fork after the first; returns
+        the requests that finished."""
+        self.tokens.emit(emitting, start, end)
         done = []
         for req in emitting:
             if req.samples > 1 and req.generated_tokens == 1 and req.parent is None:
@@ -236,73 +358,25 @@ class Engine(Intake):
             if req.finished:
                 done.append(req)
             else:
-                running.start_decoding(req)
-        done += finished + running.finishing()  # then forked samples that wanted one token
-        self.steps.add(end, end - now, rep.index, plan.num_seqs, plan.slots, prefill,
-                       plan.num_tokens - prefill + plan.num_decodes * (gained - 1) - cut,
-                       BOUNDS.index(cost.bound), cost.flops, cost.bytes, kv.used_units, kv.held_tokens,
-                       rep.stored_tokens - kv.shared_units * kv.block_size, len(rep.waiting), len(plan.preempted),
-                       kv.shared_units, emitters)
-        self._release(rep, done, end)
+                rep.running.start_decoding(req)
+        return done
 
-    def _fork(self, rep: Replica, parent: Request) -> None:
-        self.outcomes.forked(parent, parent.samples)
-        rep.fork(parent, self._sample_ids + 1)
-        self._sample_ids += parent.samples - 1
+    def _record_step(self, rep: Replica, plan: StepPlan, run: Pass, prefill: int, gained: int, cut: int,
+                     emitters: int) -> None:
+        kv, cost = rep.kv, run.cost
+        assert cost is not None  # a general step is priced as one
+        self.steps.add(StepRecord(
+            run.end_s, run.end_s - run.start_s, rep.index, plan.num_seqs, plan.slots, prefill,
+            plan.num_tokens - prefill + plan.num_decodes * (gained - 1) - cut, BOUNDS.index(cost.bound), cost.flops,
+            cost.bytes, kv.used_units, kv.held_tokens, rep.stored_tokens - kv.shared_units * kv.block_size,
+            len(rep.waiting), len(plan.preempted), kv.shared_units, emitters))
 
-    def _decode(self, rep: Replica, plan: StepPlan):
-        """k steps in which every running request decodes one token, in one wait (k = 1 when
-        macro-steps are off)."""
-        env, running, kv = self.env, rep.running, rep.kv
-        now, n = env._now, running.num_decoding
-        k = min(plan.repeat_steps if self.macro_steps else 1, running.steps_to_window())
-        ctx_full0 = running.context_sum(0)
-        below = running.num_decoding - running.num_above_window() if running.window else 0
-        ctx_sliding0 = running.sliding_context_sum(0) if running.window else 0
-        offsets = None if running.single else [running.tokens_ahead(j) + 1 for j in range(k)]
-        until = self.next_arrival_s() if plan.wake_on_arrival or len(self.replicas) > 1 else math.inf
-        ends = rep.cost.decode_ends(n, k, now, ctx_full0, ctx_sliding0, below, offsets, until)
-        k = self._cap_steps(ends, plan)
-        priority = _STEP_END + rep.index
-        if k == 0:  # the first step crosses the horizon: it never completes
-            yield self._wait(float(ends[0]), priority)
-            return
-        ends = ends[:k]
-        residues = running.residues() if kv.kind == "paged" else None
-        used0, stored0 = kv.used_units, rep.stored_tokens
-        kv.promise(kv.decode_need(running, k))
-        # The queue length each step ends with: arrivals land only in the last step when the
-        # macro-step stopped for them (read after the wait); elsewhere they are counted per step.
-        waiting: int | np.ndarray = len(rep.waiting)
-        if k > 1 and self.next_arrival_s() <= ends[-2]:
-            waiting = waiting + self._arrivals_by(np.asarray(ends))
-        step0 = running.steps
-        end = float(ends[-1])
-        wait = self._wait(end, priority)
-        if self._cutting and k > 1:
-            self._in_flight[rep.index] = InFlight(rep, ends, k, wait)
-            yield wait
-            cut = self._in_flight.pop(rep.index).k
-            if cut < k:
-                k, ends = cut, ends[:cut]
-                end = float(ends[-1])
-        else:
-            yield wait
-        gained = running.tokens_ahead(k)
-        if self._due <= end:
-            self._pull(end)
-        running.advance(k, end)
-        stale = bool(rep.stale)
-        if stale:  # the first step's gaps differ from the segment's: recorded one by one
-            self._decoder_gaps(rep, now, float(ends[0]))
-        self.gaps.add_segment(k, tuple(running.class_counts), first=not stale)
-        done = running.finishing()
-        cut = running.overshoot(done)
-        rep.stored_tokens += n * gained - cut
-        self.steps.add_segment(ends, now, rep.index, n, plan.slots, used0, residues,
-                               stored0 - kv.shared_units * kv.block_size, waiting, ctx_full0, ctx_sliding0, below,
-                               kv.shared_units, step0, kv.state_units, len(rep.waiting), cut)
-        self._release(rep, done, end)
+    def _record_segment(self, rep: Replica, plan: StepPlan, run: Pass, cut: int) -> None:
+        kv = rep.kv
+        self.steps.add_segment(run.ends, run.start_s, rep.index, run.num_decoders, plan.slots, run.used0, run.residues,
+                               run.stored0 - kv.shared_units * kv.block_size, run.waiting, run.ctx_full0,
+                               run.ctx_sliding0, run.below, kv.shared_units, run.step0, kv.state_units,
+                               len(rep.waiting), cut)
 
     def _cap_steps(self, ends, plan: StepPlan) -> int:
         """How many of the planned steps may run: stop at the first step ending at or after the
@@ -316,55 +390,6 @@ class Engine(Intake):
             # SimPy's run(until=h) stops before events at h, so only steps ending before h count.
             k = min(k, bisect_left(ends, self.horizon_s))
         return k
-
-    def _step_gaps(self, rep: Replica, start: float, end: float) -> int:
-        """The decoders' tokens of a general step, as _decoder_gaps records them, except that with
-        one request class the gap they share is returned for the step's record to carry (its
-        duration is that gap): one record instead of two."""
-        if self.num_classes != 1:
-            self._decoder_gaps(rep, start, end)
-            return 0
-        counts = rep.running.class_counts
-        if rep.stale:
-            counts = self._stale_gaps(rep, end, list(counts))
-        return counts[0]
-
-    def _decoder_gaps(self, rep: Replica, start: float, end: float) -> None:
-        """The decoders' tokens of one step ending at `end`: one gap for all that emitted at
-        `start`, their own gap for those a previous step skipped."""
-        counts = rep.running.class_counts
-        if rep.stale:
-            counts = self._stale_gaps(rep, end, list(counts))
-        for cls, count in enumerate(counts):
-            if count:
-                self.gaps.add(end - start, count, cls, end)
-
-    def _stale_gaps(self, rep: Replica, end: float, counts: list[int]) -> list[int]:
-        """Decoders a slow-path step skipped: their own gap since their last token."""
-        for rid, last in rep.stale.items():
-            req = rep.running.get(rid)
-            if req is not None and last is not None:
-                counts[req.class_index] -= 1
-                self.gaps.add(end - last, 1, req.class_index, end)
-        rep.stale.clear()
-        return counts
-
-    def _emit(self, emitting: list[Request], start: float, end: float) -> None:
-        """Each request in `emitting` samples one token at `end`; record TTFT or the gap."""
-        group = [0] * self.num_classes
-        for req in emitting:
-            if req.first_token_s is None:
-                req.first_token_s = end
-            elif req.last_token_s == start:
-                group[req.class_index] += 1
-            else:
-                assert req.last_token_s is not None  # it has its first token
-                self.gaps.add(end - req.last_token_s, 1, req.class_index, end)
-            req.last_token_s = end
-            req.generated_tokens += 1
-        for cls, count in enumerate(group):
-            if count:
-                self.gaps.add(end - start, count, cls, end)
 
     def _release(self, rep: Replica, done: list[Request], end: float) -> None:
         if done:

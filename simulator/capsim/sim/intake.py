@@ -99,7 +99,7 @@ class Intake:
         planned at this instant already (a send made by a rejection at that replica's plan)."""
         if user is None:
             return At(self.env, when, _ARRIVAL)
-        event = At(self.env, when, _ARRIVAL if when > self.env._now else self._send_now)
+        event = At(self.env, when, _ARRIVAL if when > self.env.now else self._send_now)
         duration_s = cast(ClosedLoopStream, self.stream).duration_s
         if duration_s is not None and when >= duration_s:
             return event  # the user stops then, sending nothing
@@ -193,7 +193,7 @@ class Intake:
         its steps that the send can still join, as the single steps would (a send at this
         instant joins the step after the one ending now on a replica that has planned already).
         Blocks promised for the steps cut off go back."""
-        now = self.env._now
+        now = self.env.now
         for m in self._in_flight.values():
             rep = m.rep
             if when == now and rep.index < planned:

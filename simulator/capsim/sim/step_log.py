@@ -38,6 +38,34 @@ STEP_COLUMNS = ("end_s", "duration_s", "replica", "num_seqs", "slots", "prefill_
                 "kv_shared_units")
 
 
+class StepRecord:
+    """One general forward pass as the engine records it (a steps.csv row, plus `emitters`).
+    A plain class: mypyc compiles its __init__ (a dataclass's is generated Python)."""
+
+    def __init__(self, end_s: float, duration_s: float, replica: int, num_seqs: int, slots: int, prefill_tokens: int,
+                 decode_tokens: int, bound: int, flops: float, bytes_: float, kv_used_units: int, kv_held_tokens: int,
+                 kv_stored_tokens: int, waiting: int, preempted: int, kv_shared_units: int, emitters: int = 0) -> None:
+        self.end_s = end_s  # when the pass ended
+        self.duration_s = duration_s  # how long it took
+        self.replica = replica  # which replica ran it
+        self.num_seqs = num_seqs  # sequences in the batch
+        self.slots = slots  # slots the batch held (static batches keep finished members' slots)
+        self.prefill_tokens = prefill_tokens  # prompt tokens computed
+        self.decode_tokens = decode_tokens  # generated tokens computed (a speculative decoder counts each)
+        self.bound = bound  # index into core.names.BOUNDS: the roofline term that took longest
+        self.flops = flops  # floating-point operations of the pass
+        self.bytes_ = bytes_  # bytes it moved to or from GPU memory
+        self.kv_used_units = kv_used_units  # KV blocks in use after it (contiguous: token slots)
+        self.kv_held_tokens = kv_held_tokens  # token slots those blocks hold
+        self.kv_stored_tokens = kv_stored_tokens  # tokens stored in them (shared blocks counted once)
+        self.waiting = waiting  # requests queued when it ended
+        self.preempted = preempted  # requests it preempted
+        self.kv_shared_units = kv_shared_units  # blocks shared by several sequences
+        # decoders that emitted together at its start and again at its end: their shared gap is
+        # its duration, so the GapLog leaves it to this record (see StepLog.decoder_gaps)
+        self.emitters = emitters
+
+
 class StepLog:
     COLUMNS = STEP_COLUMNS
     DTYPES = (np.float64, np.float64, np.int16, np.int32, np.int32, np.int32, np.int32, np.int8, np.float64,
@@ -75,14 +103,11 @@ class StepLog:
     def segment_ends(self) -> np.ndarray:
         return np.frombuffer(self._ends, dtype=np.float64)
 
-    def add(self, end_s, duration_s, replica, num_seqs, slots, prefill_tokens, decode_tokens, bound, flops, bytes_,
-            kv_used_units, kv_held_tokens, kv_stored_tokens, waiting, preempted, kv_shared_units,
-            emitters: int = 0) -> None:
-        """One step, the values in COLUMNS order; `emitters`: decoders that emitted together at
-        the step's start and again at its end (their gap is its duration; see decoder_gaps)."""
-        self._single.add((end_s, duration_s, flops, bytes_),
-                         (replica, num_seqs, slots, prefill_tokens, decode_tokens, bound, kv_used_units,
-                          kv_held_tokens, kv_stored_tokens, waiting, preempted, kv_shared_units, emitters))
+    def add(self, r: StepRecord) -> None:
+        """One general step."""
+        self._single.add((r.end_s, r.duration_s, r.flops, r.bytes_),
+                         (r.replica, r.num_seqs, r.slots, r.prefill_tokens, r.decode_tokens, r.bound, r.kv_used_units,
+                          r.kv_held_tokens, r.kv_stored_tokens, r.waiting, r.preempted, r.kv_shared_units, r.emitters))
         self.rows += 1
 
     def add_segment(self, ends, start_s: float, replica: int, num_seqs: int, slots: int, used0: int,
