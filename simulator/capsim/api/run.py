@@ -93,11 +93,9 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
 
 @contextmanager
 def _collector_paused():
-    """Python's cyclic garbage collector off while the engine runs: the engine makes no reference
-    cycles (a collection right after a 20K-request run finds nothing to free compiled, and a few
-    hundred objects in plain Python), so its passes over the millions of objects a run allocates
-    only cost time (9% of the compiled engine's instructions at 2,000 requests). Reference
-    counting still frees everything as before; the collector's state is restored afterwards."""
+    """Python's cyclic garbage collector off while the engine runs (restored afterwards): the
+    engine makes no reference cycles, and reference counting still frees everything."""
+    # PERF: the collector's passes over the millions of objects a run allocates only cost time.
     was_enabled = gc.isenabled()
     gc.disable()
     try:

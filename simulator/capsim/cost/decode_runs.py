@@ -21,10 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Decode runs this long or longer are priced with numpy, shorter ones in a loop: both give the same
-# bits. In plain Python numpy's fixed cost per call pays for itself from about 40-48 steps; compiled
-# (setup.py), a step of the loop is a few dozen instructions, and pricing every run of bench-10k in
-# the loop took 4.8% fewer instructions than switching to numpy at 40 (benchmarks/instructions.py).
+# Decode runs this long or longer are priced with numpy, shorter ones in a loop: both give the same bits.
+# PERF: numpy's fixed cost per call pays from about 40 steps in plain Python, from 1,024 compiled.
 _VECTOR_FROM = 40 if __file__.endswith(".py") else 1024
 
 
@@ -42,7 +40,7 @@ class DecodeRuns:
     """Prices decode-only steps, one or a run of them; the base of CostModel (capsim.cost.roofline),
     whose constructor sets every number declared here."""
 
-    # Declared so that the compiled engine (setup.py) keeps them as C doubles and ints.
+    # PERF: declared so that compiled they are C doubles and ints.
     mode: str  # "realistic", "document" or "unit" (roofline.Mode)
     unit_step_s: float
     queries: int  # tokens a decoder computes per step: 1, or the verified drafts + 1

@@ -41,8 +41,9 @@ Mode = Literal["realistic", "document", "unit"]
 
 
 class StepCost:
-    """What one forward pass costs. A plain class (not a dataclass) so that mypyc compiles its
-    __init__: one is made for every step that is not a pure decode."""
+    """What one forward pass costs."""
+
+    # PERF: a plain class, not a dataclass: mypyc compiles this __init__ (one per general step).
 
     def __init__(self, seconds: float, compute_s: float, memory_s: float, overhead_s: float, flops: float,
                  bytes: float, bound: str) -> None:
@@ -71,9 +72,7 @@ class CostModel(DecodeRuns):
     """Prices StepPlans for one (model, GPU, weight format, KV format, mode, engine, TP degree);
     decode-only steps through DecodeRuns' methods."""
 
-    # The numbers every step reads, declared so that the compiled engine (setup.py) keeps them as
-    # C doubles and ints: left to inference from untyped setup code they were Python objects, and
-    # pricing one prefill or mixed step took some 14,000 instructions of generic arithmetic.
+    # PERF: the numbers every step reads, declared so that compiled they are C doubles and ints.
     total_weight_bytes: float
     doc_flops_per_token: float
     dense_weight_bytes: float

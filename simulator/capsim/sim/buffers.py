@@ -13,9 +13,9 @@ import numpy as np
 class Rows:
     """Fixed-width numeric rows kept as one flat buffer (one C call per row, one zero-copy matrix
     at the end). Integer buffers start narrow (int32) and widen to int64 the first time a value
-    needs it, so they cost half as much while every value stays exact. A row is packed by a
-    precompiled struct: array.extend converted each value through the argument parser, which
-    took a quarter of the engine's time once the engine was compiled."""
+    needs it, so they cost half as much while every value stays exact."""
+
+    # PERF: a row is packed by a precompiled struct (array.extend parses each value as an argument).
 
     _WIDER = {"h": "i", "i": "q"}
 

@@ -93,10 +93,9 @@ class Engine(Intake):
         # After run(): the events the run took, its real work: each wait of a step loop (a step,
         # a macro-step, an idle wait) plus each arrival or send that was an event of its own.
         self.events = 0
-        # The clock as the step loops see it: SimPy's, read once each time a loop resumes (a
-        # native attribute, where `env.now` is a Python property call), or in pull mode moved by
-        # _run_alone itself.
-        self.now_s = 0.0
+        # The clock as the step loops see it: SimPy's, read once each time a loop resumes, or in
+        # pull mode moved by _run_alone itself.
+        self.now_s = 0.0  # PERF: a native attribute; compiled, `env.now` is a Python property call
 
     # ---------------------------------------------------------------- running
 
@@ -129,6 +128,7 @@ class Engine(Intake):
         stopping as SimPy's run(until=horizon) does: before anything due at the horizon, with the
         clock at it."""
         horizon = self.horizon_s
+        # PERF: no SimPy event per step or arrival in the commonest case (one replica, open loop).
         for when in self._replica_loop(rep):
             if horizon is not None and when >= horizon:
                 break
@@ -256,6 +256,7 @@ class Engine(Intake):
                 kv.promise(kv.decode_need(running, 1))
             return Pass(now, [now + cost.seconds], 1, plan.num_decodes, cost)
         n = running.num_decoding
+        # PERF: k decode steps in one wait (a macro-step); macro_steps=False is the reference.
         k = min(plan.repeat_steps if self.macro_steps else 1, running.steps_to_window())
         run = Pass(now, [], k, n, None)
         run.ctx_full0 = running.context_sum(0)

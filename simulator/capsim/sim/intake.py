@@ -31,7 +31,7 @@ from capsim.workload.streams import ClosedLoopStream, OpenLoopStream
 #   2 + i      replica i's step ends
 #   2 + R      sends made at this instant (think time 0), once every step ending now has ended
 #   3 + R + i  replica i plans (closed loop), once those sends have arrived
-_ARRIVAL: Final = 1  # Final: compiled, a constant instead of a look-up in the module's globals
+_ARRIVAL: Final = 1  # PERF: Final, so compiled it is a constant, not a look-up in the module's globals
 _STEP_END: Final = 2
 
 

@@ -1,8 +1,8 @@
 """The engine's request-side records: one row per request (RequestLog) and the inter-token gaps
 its sequences see (GapLog), written into flat buffers (capsim.sim.buffers) as the run goes.
 
-They are written once per request and once per step, so `pip install .` compiles this module
-with the engine (setup.py); capsim.results.summary, which reads them into the summary, stays plain Python.
+PERF: they are written once per request and once per step, so they live in sim/ (compiled); the
+summary that reads them (capsim.results.summary) stays plain Python.
 """
 
 from __future__ import annotations

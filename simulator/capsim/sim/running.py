@@ -253,8 +253,8 @@ class RunningSet:
 
     def _blocks_over(self, k: int) -> int:
         """Blocks the decoders need while each gains k more tokens: one each per block_size
-        tokens, plus the histogram's counts over the partial cycle (at most block_size terms: a
-        loop, cheaper compiled than keeping prefix sums current as decoders come and go)."""
+        tokens, plus the histogram's counts over the partial cycle (at most block_size terms)."""
+        # PERF: a loop, cheaper compiled than keeping prefix sums current as decoders come and go.
         bs, hist = self.bs, self.hist
         full, part = divmod(k, bs)
         start = self.tick % bs

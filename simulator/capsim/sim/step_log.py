@@ -39,8 +39,9 @@ STEP_COLUMNS = ("end_s", "duration_s", "replica", "num_seqs", "slots", "prefill_
 
 
 class StepRecord:
-    """One general forward pass as the engine records it (a steps.csv row, plus `emitters`).
-    A plain class: mypyc compiles its __init__ (a dataclass's is generated Python)."""
+    """One general forward pass as the engine records it (a steps.csv row, plus `emitters`)."""
+
+    # PERF: a plain class, not a dataclass: mypyc compiles this __init__ (one per general step).
 
     def __init__(self, end_s: float, duration_s: float, replica: int, num_seqs: int, slots: int, prefill_tokens: int,
                  decode_tokens: int, bound: int, flops: float, bytes_: float, kv_used_units: int, kv_held_tokens: int,
@@ -126,7 +127,7 @@ class StepLog:
             self._ends += ends.astype(np.float64, copy=False).tobytes()
         else:
             packer = self._end_packers.get(k)
-            if packer is None:  # one compiled format per run length (struct.pack would parse it per call)
+            if packer is None:  # PERF: one struct per run length (struct.pack parses its format per call)
                 packer = self._end_packers[k] = struct.Struct(f"={k}d")
             self._ends += packer.pack(*ends)
         if not isinstance(waiting, int):
