@@ -57,3 +57,10 @@ def test_simpy_internals_are_touched_only_in_the_clock_module():
             if private.search(line.split("#")[0]):
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert offenders == []
+
+
+def test_no_source_file_is_over_400_lines():
+    """DESIGN §7: files under about 400 lines; split along a seam instead of growing one."""
+    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "simulator" / "capsim").rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}
