@@ -17,16 +17,16 @@ import pstats
 
 # (label, [(module, qualified function)]): cumulative times, so nested parts are listed once.
 PARTS = [
-    ("planning: Scheduler.schedule", [("schedulers", "ContinuousScheduler.schedule"),
-                                      ("schedulers", "StaticScheduler.schedule")]),
-    ("pricing decode runs: CostModel.decode_ends", [("cost_model", "CostModel.decode_ends")]),
-    ("pricing other steps: CostModel.step_cost", [("cost_model", "CostModel.step_cost")]),
-    ("step and gap records", [("step_log", "StepLog.add"), ("step_log", "StepLog.add_segment"),
-                              ("request_log", "GapLog.add"), ("request_log", "GapLog.add_segment")]),
-    ("admissions and allocation: Engine._start", [("engine", "Engine._start")]),
-    ("completions: Engine._release", [("engine", "Engine._release")]),
-    ("arrivals: Engine._pull", [("engine", "Engine._pull")]),
-    ("result: summary and columns", [("simulation", "_result")]),
+    ("planning: Scheduler.schedule", [("sim.schedulers", "ContinuousScheduler.schedule"),
+                                      ("sim.schedulers", "StaticScheduler.schedule")]),
+    ("pricing decode runs: CostModel.decode_ends", [("cost.decode_runs", "DecodeRuns.decode_ends")]),
+    ("pricing other steps: CostModel.step_cost", [("cost.roofline", "CostModel.step_cost")]),
+    ("step and gap records", [("sim.step_log", "StepLog.add"), ("sim.step_log", "StepLog.add_segment"),
+                              ("sim.request_log", "GapLog.add"), ("sim.request_log", "GapLog.add_segment")]),
+    ("admissions and allocation: Engine._start", [("sim.engine", "Engine._start")]),
+    ("completions: Engine._release", [("sim.engine", "Engine._release")]),
+    ("arrivals: Intake._pull", [("sim.intake", "Intake._pull")]),
+    ("result: summary and columns", [("api.run", "_result")]),
 ]
 
 
@@ -57,7 +57,7 @@ def main(argv=None) -> None:
     simulate(args.workload, **overrides)
     profile.disable()
     stats = pstats.Stats(profile)
-    total = stats.stats[_where("simulation", "simulate")][3]
+    total = stats.stats[_where("api.run", "simulate")][3]
     print(f"simulate({args.workload}) under cProfile: {total:.3f} s\n")
     listed = 0.0
     for label, functions in PARTS:
