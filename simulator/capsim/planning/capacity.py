@@ -41,6 +41,7 @@ from capsim.results.slo import Objectives
 from capsim.results.steady import DEFAULT_SHARE
 from capsim.planning.sweep import COMPARE_FIRST, GRID_KEYS, order_columns, with_users, write_frames
 from capsim.planning.tasks import prepare
+from capsim.planning.sweep import CompareResult
 
 MAX_DOUBLINGS = 20  # give up bracketing after 2^20 x the start load (up or down)
 MAX_USERS = 1_000_000  # the workload schema's bound on closed-loop users
@@ -285,8 +286,6 @@ def compare_at_capacity(workload, objectives: Objectives, *, users: bool = False
     """`compare --at-capacity`: each combination of the list-valued options at its own capacity
     under `objectives` (a capacity search each), so rows compare what each set-up serves within the
     SLO and what a token costs there. A combination with no capacity keeps a row saying so."""
-    from capsim.planning.sweep import CompareResult
-
     res = capacity(workload, objectives, users=users, price=price, workers=workers, dask_scheduler=dask_scheduler,
                    progress=progress, **options)
     axes = [k for k, v in options.items() if isinstance(v, (list, tuple))]

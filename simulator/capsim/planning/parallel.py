@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 
 from capsim.errors import CapsimError, quote
+from capsim.planning.dask_probe import probe
 
 DASK_CONNECT_TIMEOUT_S = 10
 # Printed by the command line before it connects to a cluster.
@@ -99,7 +100,6 @@ class Runner:
                 ) from None
             import dask
 
-            from capsim.planning.dask_probe import probe
 
             probe(self.dask_scheduler, DASK_CONNECT_TIMEOUT_S)
             # Every step of Dask's own connection is timed too: connecting, and each read.

@@ -24,6 +24,8 @@ from capsim.planning.tasks import (
     latency_keys,
     latency_order,
 )
+from capsim.planning.parallel import run_tasks
+from capsim.planning.tasks import prepare
 
 # Metrics summarised over seeds, in display order (the latency statistics go between these two).
 LEADING_METRICS = LOAD_KEYS + ("request_goodput", "good_share")
@@ -126,8 +128,6 @@ def run_seeds(workload, seeds: int, *, workers: int | None = None, dask_schedule
               macro_steps: bool = True, **overrides) -> SeedsResult:
     """Run `seeds` copies of the workload with consecutive seeds, in parallel; summarise each
     metric as mean ± 95% interval (see the module docstring)."""
-    from capsim.planning.parallel import run_tasks
-    from capsim.planning.tasks import prepare
 
     if seeds < 2:
         raise CapsimError(f"--seeds: needs at least 2 seeds for an interval (got {seeds}).")

@@ -22,6 +22,10 @@ from capsim.errors import CapsimError, quote
 from capsim.planning.parallel import run_tasks
 from capsim.planning.tasks import Task, evaluate, prepare
 from capsim.results.slo import Objectives
+from capsim.spec.config import validate
+from capsim.workload.schema import WorkloadConfig
+from capsim.spec.catalog import load_hardware
+from capsim.spec.formats import get_format
 
 MAX_POINTS = 1000
 # compare's axes: any of these given as a list becomes one dimension of the grid.
@@ -85,8 +89,6 @@ def with_users(w, users: int, think_time_s: float | None = None):
     """The workload with its arrivals replaced by `users` closed-loop users (think time and
     ramp: the workload's own when it is closed-loop, else `think_time_s` or 0 s, exponential,
     and the default ramp)."""
-    from capsim.spec.config import validate
-    from capsim.workload.schema import WorkloadConfig
 
     data = w.model_dump(exclude_unset=True)
     old = data["arrivals"]
@@ -206,8 +208,6 @@ def compare(workload, *, seeds: int = 1, objectives: Objectives | None = None, p
 
 def _problem(w, overrides: dict) -> str | None:
     """Why this combination cannot run (unknown names raise: they are input errors), or None."""
-    from capsim.spec.catalog import load_hardware
-    from capsim.spec.formats import get_format
 
     if "gpu" in overrides:
         load_hardware(overrides["gpu"])

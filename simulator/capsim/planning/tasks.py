@@ -18,6 +18,8 @@ import numpy as np
 
 from capsim.errors import short_path
 from capsim.results.slo import Objectives
+from capsim.api import simulate
+from capsim.api import apply_overrides, load_workload, resolve
 
 SETUP_KEYS = ("workload", "model", "gpu", "weights", "kv_cache", "mode", "scheduler", "allocator",
               "max_num_seqs", "max_model_len", "kv_capacity_tokens", "tp", "replicas", "seed")
@@ -47,8 +49,6 @@ class Task:
 
 def evaluate(task: Task):
     """Run the task's simulation -> its record (and the RunResult when task.keep_run)."""
-    from capsim.api import simulate
-
     result = simulate(task.workload, macro_steps=task.macro_steps, objectives=task.objectives,
                       percentiles=task.percentiles, price=task.price, **task.overrides)
     rec = record(result, task.labels)
@@ -193,8 +193,6 @@ def prepare(workload, overrides: dict, check: bool = True):
     """Load a workload once (its file's paths come back absolute, so workers may run in another
     directory), make a --gpu profile path absolute too, and check the overrides resolve (errors
     surface before anything is sent out). Returns (WorkloadConfig, the overrides that were given)."""
-    from capsim.api import apply_overrides, load_workload, resolve
-
     if isinstance(workload, (str, Path)):
         source = short_path(workload)
         w = load_workload(workload)

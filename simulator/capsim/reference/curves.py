@@ -15,6 +15,8 @@ import pandas as pd
 
 from capsim.errors import CapsimError
 from capsim.reference.tables import TableSetup
+from capsim.spec.formats import get_format
+from capsim.reference.tables import NOTE_WEIGHTS, _cost_model, _crossover, _per_sequence_context_costs
 
 
 def batch_curves(setup: TableSetup = TableSetup(), context_tokens: int | None = None,
@@ -25,8 +27,6 @@ def batch_curves(setup: TableSetup = TableSetup(), context_tokens: int | None = 
     twice the larger crossover)."""
     # The tables' own cost set-up, reused so the curve passes through the table's rows exactly
     # (tests/test_curves.py checks it); a public per-batch entry point in tables would replace this.
-    from capsim.spec.formats import get_format
-    from capsim.reference.tables import NOTE_WEIGHTS, _cost_model, _crossover, _per_sequence_context_costs
 
     if context_tokens is not None and context_tokens <= 0:
         raise CapsimError(f"--context: must be a positive number of tokens (got {context_tokens}).")

@@ -16,6 +16,12 @@ from capsim.spec.catalog import load_hardware, load_model
 from capsim.cost.roofline import CostModel, DocumentAssumptions
 from capsim.errors import CapsimError
 from capsim.spec.formats import get_format
+from capsim.sim.kv_cache import ContiguousAllocator, PagedAllocator
+from capsim.core.request import Request
+from capsim.spec.config import validate
+from capsim.api import simulate
+from capsim.workload.schema import WorkloadConfig
+from capsim.results.text_tables import csv_table, markdown_table
 
 GiB = 2**30
 
@@ -196,8 +202,6 @@ def kv_per_token_table(setup: TableSetup = TableSetup()) -> DocTable:
 
 def paged_waste_table(block_size: int = 16, request_tokens: int = 100, reserved_tokens: int = 2048) -> DocTable:
     """One request's memory under paging vs a contiguous max-length reservation, by the allocators."""
-    from capsim.sim.kv_cache import ContiguousAllocator, PagedAllocator
-    from capsim.core.request import Request
 
     req = Request(0, 0.0, request_tokens, 1)
     paged = PagedAllocator(num_blocks=blocks_needed(reserved_tokens, block_size), block_size=block_size)
@@ -236,9 +240,6 @@ SEED_UTILISATION = {
 
 def utilisation_table() -> DocTable:
     """The explainer's slot-step example run through the real schedulers (static vs continuous)."""
-    from capsim.spec.config import validate
-    from capsim.api import simulate
-    from capsim.workload.schema import WorkloadConfig
 
     workload = validate(WorkloadConfig, SEED_UTILISATION, "seed-utilisation")
     rows = []
@@ -266,8 +267,6 @@ def all_tables(setup: TableSetup = TableSetup()) -> list[DocTable]:
 
 def render(tables: list[DocTable], fmt: str) -> str:
     """markdown, csv or json text of the tables (the Rich form is drawn by the CLI)."""
-    from capsim.results.text_tables import csv_table, markdown_table
-
     if fmt == "json":
         return json.dumps([{"key": t.key, "title": t.title, "assumptions": t.assumptions, "notes": t.notes,
                             "rows": t.as_dicts()} for t in tables], indent=2) + "\n"

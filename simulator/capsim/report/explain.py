@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capsim.cost.roofline import CostModel
+from capsim.api import build_replica
 
 
 @dataclass(frozen=True)
@@ -111,8 +112,6 @@ def explain_run(result) -> str:
     """The working for a run's typical decode step (its mean batch size at the requests' mean
     context halfway through their answers) and a typical prefill chunk (the step token budget
     or the mean prompt, whichever is smaller)."""
-    from capsim.api import build_replica
-
     cm = build_replica(result.setup).cost
     s, req = result.summary, result.requests
     batch = max(1, round(s.get("mean_batch_size") or 1))

@@ -4,11 +4,12 @@ columns, rows) for tables, and plain dicts for --format json."""
 from __future__ import annotations
 
 from capsim.spec import architecture as arch
+from capsim.spec.catalog import hardware_catalog
+from capsim.spec.catalog import model_catalog
+from capsim.spec.serving import engine_catalog
 
 
 def gpu_listing() -> tuple[str, list[str], list[list], dict]:
-    from capsim.spec.catalog import hardware_catalog
-
     cat = hardware_catalog()
     columns = ["name", "aliases", "memory_gib", "bandwidth_gb_s", "fp16_tflops", "fp8_tflops", "price_usd_per_h"]
     rows = [[p.name, ", ".join(p.aliases), round(p.memory_bytes / 2**30, 1), round(p.memory_bandwidth_bytes_per_s / 1e9),
@@ -19,8 +20,6 @@ def gpu_listing() -> tuple[str, list[str], list[list], dict]:
 
 
 def model_listing() -> tuple[str, list[str], list[list], dict]:
-    from capsim.spec.catalog import model_catalog
-
     cat = model_catalog()
     columns = ["name", "params_b", "active_b", "layers", "kv_heads", "head_dim", "kv_kib_per_token_fp16",
                "state_mib_per_seq", "context"]
@@ -37,8 +36,6 @@ def model_listing() -> tuple[str, list[str], list[list], dict]:
 
 
 def engine_listing() -> tuple[str, list[str], list[list], dict]:
-    from capsim.spec.serving import engine_catalog
-
     cat = engine_catalog()
     columns = ["name", "version", "scheduler", "max_num_seqs", "max_num_batched_tokens", "block_size",
                "gpu_memory_utilization", "cuda_graphs", "kernels_per_layer", "step_ms", "seq_us"]

@@ -17,6 +17,9 @@ from capsim.report.run_figures import _figure, save, setup_title, thousands
 from capsim.planning.capacity import CapacityResult
 from capsim.planning.sweep import CompareResult, SweepResult
 from capsim.results.slo import Objectives
+from capsim.errors import CapsimError
+from capsim.report.run_figures import plot_run_dir, read_csv, read_json
+from capsim.results.slo import from_dict
 
 NOTE_BATCHES = (1, 8, 16, 26, 32, 64)
 
@@ -168,7 +171,6 @@ def plot_saved(directory: Path, out_dir: Path | None = None, objectives: Objecti
     """Redraw every figure from the files a run, sweep, compare or capacity search wrote (into
     directory/plots by default). SLO lines: `objectives` if given, else the saved ones (a run's
     from summary.json's provenance). Damaged or edited files are a CapsimError naming the folder."""
-    from capsim.errors import CapsimError
 
     directory = Path(directory)
     out_dir = Path(out_dir or directory / "plots")
@@ -185,8 +187,6 @@ def plot_saved(directory: Path, out_dir: Path | None = None, objectives: Objecti
 
 
 def _plot_saved(directory: Path, out_dir: Path, objectives: Objectives | None) -> list[Path]:
-    from capsim.report.run_figures import plot_run_dir, read_csv, read_json
-
     saved = {stem: read_json(directory / f"{stem}.json")
              for stem in ("sweep", "compare", "capacity") if (directory / f"{stem}.json").is_file()}
     paths: list[Path] = []
@@ -208,6 +208,4 @@ def _plot_saved(directory: Path, out_dir: Path, objectives: Objectives | None) -
 
 
 def _goals(given: Objectives | None, meta: dict) -> Objectives:
-    from capsim.results.slo import from_dict
-
     return given if given is not None and not given.empty else from_dict(meta.get("objectives"))

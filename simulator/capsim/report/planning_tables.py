@@ -14,6 +14,8 @@ import pandas as pd
 from rich.table import Table
 
 from capsim.planning.tasks import MIN_PERCENTILE_SAMPLES
+from capsim.results.text_tables import markdown_table
+from capsim.planning.sweep import json_rows
 
 FEW = f"* percentile resting on fewer than {MIN_PERCENTILE_SAMPLES} samples (p99 of TTFT needs >= 100 completed requests)"
 
@@ -219,15 +221,11 @@ def rich(title: str, view: tuple[list[str], list[list[str]], list[str]]) -> Tabl
 
 def text(view: tuple[list[str], list[list[str]], list[str]]) -> str:
     """The view as a markdown table followed by its caption as a list."""
-    from capsim.results.text_tables import markdown_table
-
     columns, rows, caption = view
     return markdown_table(columns, rows) + "\n" + "".join(f"\n- {c}" for c in caption) + "\n"
 
 
 def frame_json(frame: pd.DataFrame, meta: dict) -> str:
-    from capsim.planning.sweep import json_rows
-
     return json.dumps(meta | {"rows": json_rows(frame)}, indent=2) + "\n"
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
+from capsim.errors import CapsimError
 
 MAX_POINTS = 2000  # time series longer than this are drawn as time-binned means (and maxima)
 LABELLED_REQUESTS = 40  # Gantt bars carry request ids up to this many requests
@@ -208,8 +209,6 @@ def plot_run(summary: dict, requests: pd.DataFrame, steps: pd.DataFrame, out_dir
 
 def read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     """(summary, requests, steps) from the files `capsim run --out DIR` writes."""
-    from capsim.errors import CapsimError
-
     run_dir = Path(run_dir)
     names = ("summary.json", "requests.csv", "steps.csv")
     missing = [n for n in names if not (run_dir / n).is_file()]
@@ -224,8 +223,6 @@ def read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
 
 def read_json(path: Path):
     """A saved JSON file; a damaged one is a CapsimError naming it."""
-    from capsim.errors import CapsimError
-
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
@@ -236,8 +233,6 @@ def read_json(path: Path):
 
 def read_csv(path: Path) -> pd.DataFrame:
     """A saved CSV table; a damaged one is a CapsimError naming it."""
-    from capsim.errors import CapsimError
-
     try:
         with open(path, encoding="utf-8") as fh:
             notes = fh.read(1) == "#"  # a large run's steps.csv opens with one '#' line saying what a row is

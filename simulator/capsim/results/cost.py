@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from capsim.errors import CapsimError, quote
+from capsim.spec.catalog import load_hardware
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -63,7 +64,6 @@ def parse_prices(texts: list[str] | None) -> float | dict[str, float] | None:
     Returns a float, a {canonical GPU name: price} dict, or None when nothing was given."""
     if not texts:
         return None
-    from capsim.spec.catalog import load_hardware
 
     plain = [t for t in texts if "=" not in t]
     if plain and len(texts) > 1:

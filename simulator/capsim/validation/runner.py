@@ -18,6 +18,8 @@ from pathlib import Path
 from capsim.spec.config import read_yaml
 from capsim.errors import CapsimError, did_you_mean, quote
 from capsim.validation.mapping import Skip, predicted_value, workload_for
+from capsim.api import simulate
+from capsim.results.text_tables import csv_table, markdown_table
 
 GROUPS = ("decode", "prefill", "ttft", "max_throughput", "concurrency", "disaggregated")
 # The issue's targets (MAPE, %): decode 15, max throughput 20, TTFT (prefill and ttft) 25.
@@ -77,8 +79,6 @@ def load_points(suite: Path) -> list[dict]:
 
 def run_point(point: dict) -> Outcome:
     """Simulate one point (never raises for a point: failures are reported as such)."""
-    from capsim.api import simulate
-
     base = dict(id=point["id"], file=point["_file"], group=point["group"], engine=str(point["engine"]),
                 gpu=str(point["gpu"]), tp=int(point.get("tp") or 1), model=str(point["model"]),
                 metric=str(point["metric"]), statistic=str(point.get("statistic", "")),
@@ -182,7 +182,6 @@ def render(outcomes: list[Outcome], fmt: str) -> str:
     """markdown (the README's tables), csv (one row per point) or json (points and groups)."""
     import json
 
-    from capsim.results.text_tables import csv_table, markdown_table
 
     if fmt == "json":
         return json.dumps({"points": to_records(outcomes),

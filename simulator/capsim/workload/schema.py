@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 
 from capsim.spec import limits as L
 from capsim.spec.config import _UNION_TAGS, Frozen, ModelSpec
+from capsim.spec.metric_names import summary_key
 
 # A token count as a length distribution gives it.
 Tokens = Annotated[int, Field(gt=0, le=L.MAX_TOKENS)]
@@ -267,8 +268,6 @@ class SLO(Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> SLO:
-        from capsim.spec.metric_names import summary_key
-
         for name, limit in (self.limits or {}).items():
             if summary_key(name) is None:
                 raise ValueError(f"limits: {name!r} names no statistic; use METRIC_STAT_ms with METRIC one of ttft, "
