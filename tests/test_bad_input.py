@@ -228,6 +228,8 @@ def test_max_model_len_above_the_models_context_is_refused(tmp_path):
     (["--group", "nogroup"], ["--group 'nogroup'", "Groups: ", "decode"]),
     (["--only", "zzzz"], ["--only 'zzzz'", "no point id"]),
     (["--group", "decode", "--only", "h200"], ["in the chosen groups"]),
+    (["--split", "train"], ["--split 'train'", "allowed: test, calibration"]),
+    (["--split", "calibration", "--only", "llamacpp-pr4766"], ["--only 'llamacpp-pr4766'", "in the chosen split"]),
 ])
 def test_validate_filters_that_match_nothing_are_errors(args, fragments):
     clean_error(run_main("validate", *args), *fragments)

@@ -1,6 +1,6 @@
 """`capsim validate`: the suite loads, points map onto simulations as validation/README.md says,
-a few fast points run end to end, and the report has its per-group MAPE table. The full suite
-(about 2-3 minutes) is run by hand: `capsim validate`."""
+a few fast points run end to end, the report has its MAPE table per split and group, and every
+file says its split. The full suite (about 7 minutes on 2 cores) is run by hand: `capsim validate`."""
 
 import math
 from pathlib import Path
@@ -102,44 +102,71 @@ def test_fast_points_run_end_to_end():
     for o in ok:
         assert o.predicted > 0 and o.error_pct == pytest.approx(100 * (o.predicted - o.measured) / o.measured)
     assert by_id[FAST[3]].status == "skipped" and by_id[FAST[3]].predicted is None
-    table = {r[0]: r for r in group_rows(outcomes)}
-    assert table["decode"][1] == 1 and table["decode"][3] == pytest.approx(abs(by_id[FAST[0]].error_pct), abs=0.05)
-    assert table["all"][2] == 1  # the skipped point is counted, not scored
+    table = {(r[0], r[1]): r[2:] for r in group_rows(outcomes)}
+    assert {o.split for o in outcomes} == {"test", "calibration"}  # PR #4766 is held out; TensorRT-LLM, Lambda are not
+    assert table["test", "decode"][0] == 1
+    assert table["test", "decode"][2] == pytest.approx(abs(by_id[FAST[0]].error_pct), abs=0.05)
+    assert table["calibration", "all"][1] == 1  # the skipped Lambda point is counted, not scored
 
 
-def _outcome(group, err, status="ok"):
+def _outcome(group, err, status="ok", split="test"):
     pred = None if status != "ok" else 100 + err
-    return Outcome("x", "f.yaml", group, "vllm", "h100-sxm", 1, "m", "ttft_ms", "mean", 100.0, pred,
+    return Outcome("x", "f.yaml", split, group, "vllm", "h100-sxm", 1, "m", "ttft_ms", "mean", 100.0, pred,
                    None if pred is None else err, status, "" if status == "ok" else "why")
 
 
 def test_mape_per_group_and_the_markdown_table(tmp_path):
     outcomes = [_outcome("decode", 10.0), _outcome("decode", -20.0), _outcome("ttft", 30.0),
-                _outcome("prefill", 10.0), _outcome("concurrency", 0.0, status="skipped")]
+                _outcome("prefill", 10.0), _outcome("concurrency", 0.0, status="skipped"),
+                _outcome("decode", 50.0, split="calibration")]
     assert mape(outcomes[:2]) == 15.0
-    rows = {r[0]: r for r in group_rows(outcomes)}
-    assert rows["prefill+ttft"][3] == 20.0 and rows["decode"][5] == 15.0 and rows["concurrency"][1:3] == [0, 1]
-    assert rows["max_throughput"][3] is None
+    rows = {(r[0], r[1]): r[2:] for r in group_rows(outcomes)}
+    assert [r[0] for r in group_rows(outcomes)][0] == "test"  # the accuracy comes first
+    test = {g: r for (s, g), r in rows.items() if s == "test"}
+    assert test["prefill+ttft"][2] == 20.0 and test["decode"][4] == 15.0 and test["concurrency"][0:2] == [0, 1]
+    assert test["max_throughput"][2] is None
+    assert rows["calibration", "decode"][:3] == [1, 0, 50.0]  # never pooled with the test set
+    assert not math.isnan(test["all"][2])
     md = render(outcomes, "markdown")
-    assert "| group | points | skipped | mape_pct |" in md and "skipped: why" in md
+    assert "| split | group | points | skipped | mape_pct |" in md and "skipped: why" in md
     paths = write(outcomes, tmp_path)
-    assert [p.name for p in paths] == ["validation.csv", "validation.json"]
-    assert not math.isnan(rows["all"][3])
+    assert [p.name for p in paths] == ["validation.csv", "validation_groups.csv", "validation.json"]
+    assert "calibration,decode,1,0,50.0" in paths[1].read_text()
+    import json
+    groups = json.loads(paths[2].read_text())["groups"]
+    assert {(g["split"], g["group"]) for g in groups} >= {("test", "decode"), ("calibration", "decode")}
 
 
 def test_a_missing_suite_says_where_it_looked(tmp_path):
     with pytest.raises(CapsimError, match="no validation suite found.*--suite DIR"):
         find_suite(tmp_path / "nowhere")
-    (tmp_path / "bad.yaml").write_text("points: [{id: a}]\n")
+    (tmp_path / "bad.yaml").write_text("source: {split: test}\npoints: [{id: a}]\n")
     with pytest.raises(CapsimError, match=r"bad.yaml: point \[0\]: required field\(s\) missing"):
         load_points(tmp_path)
+
+
+def test_every_file_says_its_split_and_the_test_set_is_the_agreed_publishers(points, tmp_path):
+    test_files = {p["_file"] for p in points.values() if p["_split"] == "test"}
+    held_out = ("nim-benchmarking-", "datacrunch-", "llamacpp-pr4766-", "llamacpp-pr16834-", "mlperf-nvidia-",
+                "mlperf-nebius-", "mlperf-krai-", "mooncake-")
+    assert test_files == {f for f in {p["_file"] for p in points.values()} if f.startswith(held_out)}
+    tested = [p for p in points.values() if p["_split"] == "test"]
+    assert len(tested) >= len(points) / 3  # the issue: at least a third of the points
+    (tmp_path / "nosplit.yaml").write_text("source: {title: t}\npoints: []\n")
+    with pytest.raises(CapsimError, match=r"nosplit.yaml: field 'source.split' is None.*'test'.*'calibration'"):
+        load_points(tmp_path)
+    with pytest.raises(CapsimError, match="--split 'train': no such set"):
+        run_suite(SUITE, split="train")
 
 
 def test_cli_validate_prints_markdown():
     result = CliRunner().invoke(app, ["validate", "--suite", str(SUITE), "--only", FAST[0], "--format", "markdown",
                                       "--workers", "1"])
     assert result.exit_code == 0, result.output
-    assert "MAPE per group" in result.output and FAST[0] in result.output
+    assert "MAPE per split and group" in result.output and FAST[0] in result.output
+    assert "| test | decode | 1 |" in result.output and "| calibration |" not in result.output
+    with pytest.raises(CapsimError, match="no point id in the chosen split contains it"):  # PR #4766 is in the test set
+        run_suite(SUITE, only=[FAST[0]], split="calibration")
 
 
 def test_run_point_reports_failures_instead_of_raising(points):

@@ -22,6 +22,9 @@ from capsim.api import simulate
 from capsim.results.text_tables import csv_table, markdown_table
 
 GROUPS = ("decode", "prefill", "ttft", "max_throughput", "concurrency", "disaggregated")
+# The held-out split (validation/README.md, "Calibration and test sets"): every file's source block
+# says which set its points belong to; no parameter may be chosen from, or cite, a test point.
+SPLITS = ("test", "calibration")
 # The issue's targets (MAPE, %): decode 15, max throughput 20, TTFT (prefill and ttft) 25.
 TARGETS_PCT = {"decode": 15.0, "max_throughput": 20.0, "prefill+ttft": 25.0}
 
@@ -32,6 +35,7 @@ class Outcome:
 
     id: str
     file: str
+    split: str  # "test" or "calibration": the file's source.split
     group: str
     engine: str
     gpu: str
@@ -59,17 +63,23 @@ def find_suite(suite: str | Path | None = None) -> Path:
 
 
 def load_points(suite: Path) -> list[dict]:
-    """Every point of every YAML file in the folder, with its file name under '_file'."""
+    """Every point of every YAML file in the folder, with its file name under '_file' and its
+    file's split (source.split, required) under '_split'."""
     points = []
     for path in sorted(suite.glob("*.yaml")):
         data = read_yaml(path)
         if not isinstance(data, dict) or not isinstance(data.get("points"), list):
             raise CapsimError(f"{path}: expected a mapping with a 'points' list (see validation/README.md).")
+        split = data.get("source", {}).get("split") if isinstance(data.get("source"), dict) else None
+        if split not in SPLITS:
+            raise CapsimError(f"{path}: field 'source.split' is {quote(split)}; every file says which set its points "
+                              f"belong to: 'test' (held out: no parameter may be chosen from them) or 'calibration' "
+                              "(see validation/README.md, \"Calibration and test sets\").")
         for i, point in enumerate(data["points"]):
             missing = [k for k in ("id", "group", "engine", "gpu", "model", "metric", "measured") if k not in point]
             if missing:
                 raise CapsimError(f"{path}: point [{i}]: required field(s) missing: {', '.join(missing)}.")
-            points.append({**point, "_file": path.name})
+            points.append({**point, "_file": path.name, "_split": split})
     ids = [p["id"] for p in points]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
@@ -79,7 +89,7 @@ def load_points(suite: Path) -> list[dict]:
 
 def run_point(point: dict) -> Outcome:
     """Simulate one point (never raises for a point: failures are reported as such)."""
-    base = dict(id=point["id"], file=point["_file"], group=point["group"], engine=str(point["engine"]),
+    base = dict(id=point["id"], file=point["_file"], split=point["_split"], group=point["group"], engine=str(point["engine"]),
                 gpu=str(point["gpu"]), tp=int(point.get("tp") or 1), model=str(point["model"]),
                 metric=str(point["metric"]), statistic=str(point.get("statistic", "")),
                 measured=float(point["measured"]))
@@ -97,10 +107,13 @@ def run_point(point: dict) -> Outcome:
     return Outcome(**base, predicted=value, error_pct=error, status="ok")
 
 
-def run_suite(suite: str | Path | None = None, *, only: list[str] | None = None, groups: list[str] | None = None,
-              workers: int | None = None, progress=None) -> list[Outcome]:
-    """Run the points (all, or those whose id contains one of `only`, or of `groups`)."""
-    points = load_points(find_suite(suite))
+def select_points(points: list[dict], *, only: list[str] | None = None, groups: list[str] | None = None,
+                  split: str | None = None) -> list[dict]:
+    """The points of `groups` and of `split` whose id contains one of `only`. A group, split or
+    `only` string that selects nothing is an error (a typo never yields a silently empty run)."""
+    if split is not None and split not in SPLITS:
+        raise CapsimError(f"--split {quote(split)}: no such set; allowed: {', '.join(SPLITS)} (validation/README.md, "
+                          "\"Calibration and test sets\").")
     if groups:
         known = sorted({p["group"] for p in points})
         unknown = [g for g in groups if g not in known]
@@ -108,13 +121,23 @@ def run_suite(suite: str | Path | None = None, *, only: list[str] | None = None,
             raise CapsimError(f"--group {quote(unknown[0])}: no such group in the suite.{did_you_mean(unknown[0], known)} "
                               f"Groups: {', '.join(known)}.")
         points = [p for p in points if p["group"] in groups]
+    if split is not None:
+        points = [p for p in points if p["_split"] == split]
     if only:
         unmatched = [o for o in only if not any(o in p["id"] for p in points)]
         if unmatched:
-            raise CapsimError(f"--only {quote(unmatched[0])}: no point id{' in the chosen groups' if groups else ''} "
+            chosen = " and ".join(x for x in ("groups" if groups else "", "split" if split else "") if x)
+            raise CapsimError(f"--only {quote(unmatched[0])}: no point id{f' in the chosen {chosen}' if chosen else ''} "
                               "contains it; `capsim validate --format csv` lists every id (e.g. "
                               f"{', '.join(sorted(p['id'] for p in points)[:2])}).")
         points = [p for p in points if any(o in p["id"] for o in only)]
+    return points
+
+
+def run_suite(suite: str | Path | None = None, *, only: list[str] | None = None, groups: list[str] | None = None,
+              split: str | None = None, workers: int | None = None, progress=None) -> list[Outcome]:
+    """Run the points (all, or those of `groups`, of `split` and whose id contains one of `only`)."""
+    points = select_points(load_points(find_suite(suite)), only=only, groups=groups, split=split)
     workers = workers or min(len(points), os.cpu_count() or 1)
     if workers <= 1 or len(points) <= 1:
         outcomes = []
@@ -138,8 +161,18 @@ def mape(outcomes: list[Outcome]) -> float | None:
 
 
 def group_rows(outcomes: list[Outcome]) -> list[list]:
-    """[group, points ok, skipped, MAPE %, median |error| %, target %] per group, the combined
-    prefill+ttft group the targets name, and all points."""
+    """[split, group, points ok, skipped, MAPE %, median |error| %, target %] per split present
+    (test first: its figures are the accuracy) and group, the combined prefill+ttft group the
+    targets name, and all points of the split. The splits are never pooled."""
+    rows = []
+    for split in SPLITS:
+        mine = [o for o in outcomes if o.split == split]
+        if mine:
+            rows += [[split] + row for row in _split_rows(mine)]
+    return rows
+
+
+def _split_rows(outcomes: list[Outcome]) -> list[list]:
     sets = [(g, [o for o in outcomes if o.group == g]) for g in GROUPS]
     sets.append(("prefill+ttft", [o for o in outcomes if o.group in ("prefill", "ttft")]))
     sets.append(("all", list(outcomes)))
@@ -161,7 +194,7 @@ def point_rows(outcomes: list[Outcome]) -> list[list]:
     rows = []
     for o in outcomes:
         pred = None if o.predicted is None else _sig(o.predicted)
-        rows.append([o.group, o.id, o.engine, o.gpu, o.tp, o.model, f"{o.metric} ({o.statistic})", _sig(o.measured),
+        rows.append([o.split, o.group, o.id, o.engine, o.gpu, o.tp, o.model, f"{o.metric} ({o.statistic})", _sig(o.measured),
                      pred, _round(o.error_pct), o.status if o.status == "ok" else f"{o.status}: {o.reason}"])
     return rows
 
@@ -170,8 +203,8 @@ def _sig(x: float) -> float:
     return float(f"{x:.4g}")
 
 
-POINT_COLUMNS = ["group", "id", "engine", "gpu", "tp", "model", "metric", "measured", "predicted", "error_pct", "status"]
-GROUP_COLUMNS = ["group", "points", "skipped", "mape_pct", "median_abs_error_pct", "target_mape_pct"]
+POINT_COLUMNS = ["split", "group", "id", "engine", "gpu", "tp", "model", "metric", "measured", "predicted", "error_pct", "status"]
+GROUP_COLUMNS = ["split", "group", "points", "skipped", "mape_pct", "median_abs_error_pct", "target_mape_pct"]
 
 
 def to_records(outcomes: list[Outcome]) -> list[dict]:
@@ -179,7 +212,8 @@ def to_records(outcomes: list[Outcome]) -> list[dict]:
 
 
 def render(outcomes: list[Outcome], fmt: str) -> str:
-    """markdown (the README's tables), csv (one row per point) or json (points and groups)."""
+    """markdown (the README's tables), csv (one row per point; the groups are in write()'s
+    validation_groups.csv) or json (points and groups, per split)."""
     import json
 
 
@@ -190,7 +224,8 @@ def render(outcomes: list[Outcome], fmt: str) -> str:
         return csv_table(POINT_COLUMNS, point_rows(outcomes))
     groups = markdown_table(GROUP_COLUMNS, [[_blank(v) for v in r] for r in group_rows(outcomes)])
     points = markdown_table(POINT_COLUMNS, [[_blank(v) for v in r] for r in point_rows(outcomes)])
-    return f"MAPE per group (|predicted - measured| / measured):\n\n{groups}\n\nPoints:\n\n{points}\n"
+    return (f"MAPE per split and group (|predicted - measured| / measured; the test set's figures are the "
+            f"accuracy):\n\n{groups}\n\nPoints:\n\n{points}\n")
 
 
 def _blank(v) -> str | float | int:
@@ -198,9 +233,13 @@ def _blank(v) -> str | float | int:
 
 
 def write(outcomes: list[Outcome], out_dir: Path) -> list[Path]:
-    """validation.csv (points) and validation.json (points and groups) under out_dir."""
+    """validation.csv (points), validation_groups.csv (MAPE per split and group) and
+    validation.json (points and groups) under out_dir."""
+    from capsim.results.text_tables import csv_table
+
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / "validation.csv", out_dir / "validation.json"]
+    paths = [out_dir / "validation.csv", out_dir / "validation_groups.csv", out_dir / "validation.json"]
     paths[0].write_text(render(outcomes, "csv"))
-    paths[1].write_text(render(outcomes, "json"))
+    paths[1].write_text(csv_table(GROUP_COLUMNS, group_rows(outcomes)))
+    paths[2].write_text(render(outcomes, "json"))
     return paths
