@@ -30,11 +30,11 @@ import simpy
 
 from capsim.core.names import BOUNDS
 from capsim.core.plan import StepPlan
-from capsim.cost.roofline import StepCost
 from capsim.core.request import Request
 from capsim.sim.arrivals import open_loop, user
 from capsim.sim.clock import At
 from capsim.sim.intake import _STEP_END, InFlight, Intake
+from capsim.sim.passes import Pass
 from capsim.sim.replica import Replica
 from capsim.sim.request_log import GapLog
 from capsim.sim.step_log import StepLog, StepRecord
@@ -42,32 +42,6 @@ from capsim.sim.token_gaps import TokenGaps
 from capsim.workload.streams import ClosedLoopStream, OpenLoopStream
 
 PROGRESS_EVERY = 4096  # step-loop iterations between two progress reports (a few per second)
-
-
-class Pass:
-    """One priced pass: a general step, or k decode steps run as one wait (a macro-step). What
-    the wait and the apply need from the pricing, passed whole."""
-
-    def __init__(self, start_s: float, ends: list[float] | np.ndarray, k: int, num_decoders: int,
-                 cost: StepCost | None) -> None:
-        self.start_s = start_s  # the clock when the pass was planned
-        self.ends = ends  # its steps' end times; the pass ends with the last
-        self.k = k  # steps it runs (0: the horizon falls inside the first, which never ends)
-        self.num_decoders = num_decoders  # running requests that decode one token per step
-        self.cost = cost  # a general step's price (decode steps are priced into `ends`)
-        # Decode steps: the state their records are computed from, taken before the wait.
-        self.used0 = 0  # KV units in use
-        self.stored0 = 0  # tokens stored
-        self.residues: tuple[int, ...] | None = None  # decoders per block-boundary residue (paged)
-        self.waiting: int | np.ndarray = 0  # queue length each step ends with (one number, or per step)
-        self.ctx_full0 = 0  # decoders' context sums now: all layers, sliding-window layers
-        self.ctx_sliding0 = 0
-        self.below = 0  # decoders still inside the sliding window
-        self.step0 = 0  # the running set's step count
-
-    @property
-    def end_s(self) -> float:
-        return float(self.ends[-1])
 
 
 class Engine(Intake):
@@ -254,11 +228,11 @@ class Engine(Intake):
                 rep.swap_bytes_this_step = 0.0
             if plan.num_decodes:
                 kv.promise(kv.decode_need(running, 1))
-            return Pass(now, [now + cost.seconds], 1, plan.num_decodes, cost)
+            return Pass(now, now + cost.seconds, 1, plan.num_decodes, cost)
         n = running.num_decoding
         # PERF: k decode steps in one wait (a macro-step); macro_steps=False is the reference.
         k = min(plan.repeat_steps if self.macro_steps else 1, running.steps_to_window())
-        run = Pass(now, [], k, n, None)
+        run = Pass(now, now, k, n, None)
         run.ctx_full0 = running.context_sum(0)
         run.below = running.num_decoding - running.num_above_window() if running.window else 0
         run.ctx_sliding0 = running.sliding_context_sum(0) if running.window else 0
@@ -267,9 +241,10 @@ class Engine(Intake):
         ends = rep.cost.decode_ends(n, k, now, run.ctx_full0, run.ctx_sliding0, run.below, offsets, until)
         run.k = k = self._cap_steps(ends, plan)
         if k == 0:  # the first step crosses the horizon: it never completes
-            run.ends = ends[:1]
+            run.run_until(ends[:1])
             return run
-        run.ends = ends = ends[:k]
+        ends = ends[:k]
+        run.run_until(ends)
         run.residues = running.residues() if kv.kind == "paged" else None
         run.used0, run.stored0 = kv.used_units, rep.stored_tokens
         kv.promise(kv.decode_need(running, k))
@@ -290,7 +265,8 @@ class Engine(Intake):
             yield wait
             cut = self._in_flight.pop(rep.index).k
             if cut < run.k:
-                run.k, run.ends = cut, run.ends[:cut]
+                run.k = cut
+                run.run_until(run.ends[:cut])
         else:
             yield wait
         if not self.pull:  # in pull mode _run_alone has moved the clock already
@@ -311,7 +287,7 @@ class Engine(Intake):
             emitters = self._decoder_tokens(rep, plan, run)
             finished = running.finishing()  # decoders with all their tokens at this tick
         cut = running.overshoot(finished)
-        emitting, prefill = self._advance_scheduled(rep, plan)
+        emitting = self._advance_scheduled(rep, plan, run)
         rep.stored_tokens += plan.num_tokens - plan.num_decodes + run.num_decoders * gained - cut
         done = finished
         if not plan.decode_only:  # then forked samples that wanted one token
@@ -319,7 +295,7 @@ class Engine(Intake):
         if plan.decode_only:
             self._record_segment(rep, plan, run, cut)
         else:
-            self._record_step(rep, plan, run, prefill, gained, cut, emitters)
+            self._record_step(rep, plan, run, gained, cut, emitters)
         self._release(rep, done, end)
 
     def _decoder_tokens(self, rep: Replica, plan: StepPlan, run: Pass) -> int:
@@ -332,9 +308,9 @@ class Engine(Intake):
         self.gaps.add_segment(run.k, tuple(rep.running.class_counts), first=not stale)
         return 0
 
-    def _advance_scheduled(self, rep: Replica, plan: StepPlan) -> tuple[list[Request], int]:
+    def _advance_scheduled(self, rep: Replica, plan: StepPlan, run: Pass) -> list[Request]:
         """The listed requests compute their tokens; returns those now due to sample one (their
-        prompt is done, or they decode one by one) and the prefill tokens computed."""
+        prompt is done, or they decode one by one). The prompt tokens computed go to run."""
         kv = rep.kv
         prefill = 0
         emitting = []
@@ -346,7 +322,8 @@ class Engine(Intake):
                 kv.register(req)
             if req.computed_tokens == req.known_tokens:
                 emitting.append(req)
-        return emitting, prefill
+        run.prefill_tokens = prefill
+        return emitting
 
     def _emit_tokens(self, rep: Replica, emitting: list[Request], start: float, end: float) -> list[Request]:
         """Each emitting request samples a token; parallel samples fork after the first; returns
@@ -362,9 +339,8 @@ class Engine(Intake):
                 rep.running.start_decoding(req)
         return done
 
-    def _record_step(self, rep: Replica, plan: StepPlan, run: Pass, prefill: int, gained: int, cut: int,
-                     emitters: int) -> None:
-        kv, cost = rep.kv, run.cost
+    def _record_step(self, rep: Replica, plan: StepPlan, run: Pass, gained: int, cut: int, emitters: int) -> None:
+        kv, cost, prefill = rep.kv, run.cost, run.prefill_tokens
         assert cost is not None  # a general step is priced as one
         self.steps.add(StepRecord(
             run.end_s, run.end_s - run.start_s, rep.index, plan.num_seqs, plan.slots, prefill,
