@@ -151,6 +151,10 @@ def workload_for(point: dict) -> WorkloadConfig:
     total = (data["prompt_tokens"].get("value", data["prompt_tokens"].get("max", SHAREGPT_MAX_PROMPT))
              + data["output_tokens"].get("value", data["output_tokens"].get("max", SHAREGPT_MAX_OUTPUT)))
     data.setdefault("max_model_len", max(2048, int(total) + 16))
+    # The published figures are a benchmark client's, over every request it sent (vLLM's and
+    # SGLang's bench_serving, TensorRT-LLM's benchmark, llama-bench, MLPerf's LoadGen): the whole
+    # run, with no warm-up or cool-down left out.
+    data["measure"] = {"whole_run": True}
     return validate(WorkloadConfig, data, f"validation point {point['id']}")
 
 
