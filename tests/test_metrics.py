@@ -13,7 +13,8 @@ from capsim.results.distributions import (
 )
 from capsim.results.summary import Gaps, summarize
 from capsim.sim.request_log import GapLog, RequestLog
-from capsim.sim.step_log import StepLog, StepRecord, step_totals
+from capsim.sim.step_log import StepLog, step_totals
+from capsim.sim.step_records import StepRecord
 from conftest import make_request
 from hypothesis import given, settings
 from hypothesis import strategies as st

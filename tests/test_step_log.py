@@ -6,7 +6,8 @@ import pytest
 from capsim.sim import step_log
 from capsim.cost.decode_runs import DecodeSteps
 from capsim.api import simulate
-from capsim.sim.step_log import StepLog, StepRecord, step_totals
+from capsim.sim.step_log import StepLog, step_totals
+from capsim.sim.step_records import SegmentRecord, StepRecord
 from conftest import workload
 
 
@@ -19,7 +20,7 @@ def test_a_macro_segment_expands_into_its_steps():
     log.add(StepRecord(1.0, 1.0, 0, 2, 8, 10, 0, 0, 1.0, 1.0, 3, 12, 10, 0, 0, 0))
     # 5 decode steps of 2 sequences; residues: one of them needs a block at steps 1 and 5, the
     # other at step 3
-    log.add_segment([2.0, 3.0, 4.0, 5.0, 6.0], 1.0, 0, 2, 8, 3, (1, 0, 1, 0), 10, 0, 10, 0, 0)
+    log.add_segment(SegmentRecord([2.0, 3.0, 4.0, 5.0, 6.0], 1.0, 0, 2, 8, 3, (1, 0, 1, 0), 10, 0, 10, 0, 0))
     df = log.frame(_pricer)
     assert list(df["end_s"]) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0] and list(df["duration_s"]) == [1.0] * 6
     assert list(df["kv_used_units"]) == [3, 4, 4, 5, 5, 6]
@@ -30,7 +31,7 @@ def test_a_macro_segment_expands_into_its_steps():
 def test_block_size_one_grows_every_token_and_contiguous_never():
     paged, contiguous = StepLog(block_size=1), StepLog(block_size=1, paged=False)
     for log in (paged, contiguous):  # 3 steps of 2 sequences; the last step gives one of them a token too many
-        log.add_segment([2.0, 3.0, 4.0], 1.0, 0, 2, 8, 10, (2,), 10, 0, 10, 0, 0, cut_last=1)
+        log.add_segment(SegmentRecord([2.0, 3.0, 4.0], 1.0, 0, 2, 8, 10, (2,), 10, 0, 10, 0, 0, cut_last=1))
     assert list(paged.frame(_pricer)["kv_used_units"]) == [12, 14, 16]
     assert list(contiguous.frame(_pricer)["kv_used_units"]) == [10, 10, 10]
     df = paged.frame(_pricer)
@@ -96,7 +97,7 @@ def test_parts_put_single_steps_first_among_rows_that_end_together(monkeypatch):
     for end, replica in ((1.0, 1), (1.0, 0), (2.0, 0)):  # single steps, replica 1 recorded first
         log.add(StepRecord(end, 0.5, replica, 1, 8, 4, 0, 0, 1.0, 1.0, 1, 4, 4, 0, 0, 0))
     for ends, replica in (([0.75, 1.0], 1), ([0.8, 1.0], 0), ([1.5, 2.0], 0)):
-        log.add_segment(ends, ends[0] - 0.25, replica, 2, 8, 3, (0, 0, 0, 0), 10, 0, 10, 0, 0)
+        log.add_segment(SegmentRecord(ends, ends[0] - 0.25, replica, 2, 8, 3, (0, 0, 0, 0), 10, 0, 10, 0, 0))
     for size in (1, 2, 10):
         monkeypatch.setattr(step_log, "CHUNK_SEGMENTS", size)
         table = log.segment_columns(_pricer)

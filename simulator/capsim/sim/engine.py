@@ -37,7 +37,8 @@ from capsim.sim.intake import _STEP_END, InFlight, Intake
 from capsim.sim.passes import Pass
 from capsim.sim.replica import Replica
 from capsim.sim.request_log import GapLog
-from capsim.sim.step_log import StepLog, StepRecord
+from capsim.sim.step_log import StepLog
+from capsim.sim.step_records import SegmentRecord, StepRecord
 from capsim.sim.token_gaps import TokenGaps
 from capsim.workload.streams import ClosedLoopStream, OpenLoopStream
 
@@ -350,10 +351,10 @@ class Engine(Intake):
 
     def _record_segment(self, rep: Replica, plan: StepPlan, run: Pass, cut: int) -> None:
         kv = rep.kv
-        self.steps.add_segment(run.ends, run.start_s, rep.index, run.num_decoders, plan.slots, run.used0, run.residues,
-                               run.stored0 - kv.shared_units * kv.block_size, run.waiting, run.ctx_full0,
-                               run.ctx_sliding0, run.below, kv.shared_units, run.step0, kv.state_units,
-                               len(rep.waiting), cut)
+        self.steps.add_segment(SegmentRecord(
+            run.ends, run.start_s, rep.index, run.num_decoders, plan.slots, run.used0, run.residues,
+            run.stored0 - kv.shared_units * kv.block_size, run.waiting, run.ctx_full0, run.ctx_sliding0, run.below,
+            kv.shared_units, run.step0, kv.state_units, len(rep.waiting), cut))
 
     def _cap_steps(self, ends, plan: StepPlan) -> int:
         """How many of the planned steps may run: stop at the first step ending at or after the

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from capsim.sim.buffers import Records, Rows
+from capsim.sim.step_records import SegmentRecord, StepRecord
 from capsim.sim.step_table import (joined, merged, per_segment, rows_at_or_before, rows_in_time_order, step_chunks,
                                    tie_chunks, time_sorted)
 
@@ -36,35 +37,6 @@ _EXPAND_STEPS = 15_000
 STEP_COLUMNS = ("end_s", "duration_s", "replica", "num_seqs", "slots", "prefill_tokens", "decode_tokens", "bound",
                 "flops", "bytes", "kv_used_units", "kv_held_tokens", "kv_stored_tokens", "waiting", "preempted",
                 "kv_shared_units")
-
-
-class StepRecord:
-    """One general forward pass as the engine records it (a steps.csv row, plus `emitters`)."""
-
-    # PERF: a plain class, not a dataclass: mypyc compiles this __init__ (one per general step).
-
-    def __init__(self, end_s: float, duration_s: float, replica: int, num_seqs: int, slots: int, prefill_tokens: int,
-                 decode_tokens: int, bound: int, flops: float, bytes_: float, kv_used_units: int, kv_held_tokens: int,
-                 kv_stored_tokens: int, waiting: int, preempted: int, kv_shared_units: int, emitters: int = 0) -> None:
-        self.end_s = end_s  # when the pass ended
-        self.duration_s = duration_s  # how long it took
-        self.replica = replica  # which replica ran it
-        self.num_seqs = num_seqs  # sequences in the batch
-        self.slots = slots  # slots the batch held (static batches keep finished members' slots)
-        self.prefill_tokens = prefill_tokens  # prompt tokens computed
-        self.decode_tokens = decode_tokens  # generated tokens computed (a speculative decoder counts each)
-        self.bound = bound  # index into core.names.BOUNDS: the roofline term that took longest
-        self.flops = flops  # floating-point operations of the pass
-        self.bytes_ = bytes_  # bytes it moved to or from GPU memory
-        self.kv_used_units = kv_used_units  # KV blocks in use after it (contiguous: token slots)
-        self.kv_held_tokens = kv_held_tokens  # token slots those blocks hold
-        self.kv_stored_tokens = kv_stored_tokens  # tokens stored in them (shared blocks counted once)
-        self.waiting = waiting  # requests queued when it ended
-        self.preempted = preempted  # requests it preempted
-        self.kv_shared_units = kv_shared_units  # blocks shared by several sequences
-        # decoders that emitted together at its start and again at its end: their shared gap is
-        # its duration, so the GapLog leaves it to this record (see StepLog.decoder_gaps)
-        self.emitters = emitters
 
 
 class StepLog:
@@ -111,17 +83,9 @@ class StepLog:
                           r.kv_held_tokens, r.kv_stored_tokens, r.waiting, r.preempted, r.kv_shared_units, r.emitters))
         self.rows += 1
 
-    def add_segment(self, ends, start_s: float, replica: int, num_seqs: int, slots: int, used0: int,
-                    residues: tuple[int, ...] | None, stored0: int, waiting, ctx_full0: int, ctx_sliding0: int,
-                    below_window: int, shared: int = 0, step0: int = 0, state_units: int = 0,
-                    waiting_last: int | None = None, cut_last: int = 0) -> None:
-        """len(ends) decode steps of num_seqs sequences from start_s. Step j (1..k) attends
-        ctx_full0 + num_seqs*o_j positions (ctx_sliding0 + below_window*o_j in sliding layers),
-        holds used0 + the blocks `residues` add over its tokens, and stored0 + num_seqs*g_j
-        tokens (o_j, g_j: j, or the speculative schedule's); `waiting` is the queue length (a
-        number, or one per step; waiting_last: the last step's, when only it differs); state_units
-        of used are per-sequence state, not token slots; cut_last: tokens the last step gave
-        finishing sequences beyond what they wanted (speculative decoding), not stored."""
+    def add_segment(self, r: SegmentRecord) -> None:
+        """r.ends: r.num_seqs sequences decoding one step each from r.start_s (see SegmentRecord)."""
+        ends, waiting, waiting_last = r.ends, r.waiting, r.waiting_last
         k = len(ends)
         if isinstance(ends, np.ndarray):
             self._ends += ends.astype(np.float64, copy=False).tobytes()
@@ -135,10 +99,10 @@ class StepLog:
             waiting = waiting_last = 0
         elif waiting_last is None:
             waiting_last = waiting
-        self._segments.add((start_s,), (k, replica, num_seqs, slots, used0, stored0, waiting, ctx_full0,
-                                         ctx_sliding0, below_window, shared, step0, state_units, waiting_last,
-                                         cut_last))
-        self._residues.add(residues or self._no_residues)
+        self._segments.add((r.start_s,), (k, r.replica, r.num_seqs, r.slots, r.used0, r.stored0, waiting, r.ctx_full0,
+                                           r.ctx_sliding0, r.below_window, r.shared, r.step0, r.state_units,
+                                           waiting_last, r.cut_last))
+        self._residues.add(r.residues or self._no_residues)
         self.rows += k
 
     def decoder_gaps(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
