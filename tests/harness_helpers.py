@@ -1,4 +1,4 @@
-"""Shared helpers of the calibration-harness tests (test_harness_*.py).
+"""Shared helpers of the calibration-harness tests (tests/harness/).
 
 Run as a script (`python tests/harness_helpers.py triton-cases`) it checks the Triton paged-decode
 kernel under Triton's interpreter and prints one JSON line per case: the interpreter must be

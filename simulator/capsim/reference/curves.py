@@ -24,7 +24,8 @@ def batch_curves(setup: TableSetup = TableSetup(), context_tokens: int | None = 
     with each sequence's KV traffic at that context. Batches run 1..max_batch (default: 64, or
     twice the larger crossover)."""
     # The tables' own cost set-up, reused so the curve passes through the table's rows exactly
-    # (tests/test_curves.py checks it); a public per-batch entry point in tables would replace this.
+    # (tests/reference/test_curves.py checks it); a public per-batch entry point in tables would
+    # replace this.
     from capsim.spec.formats import get_format
     from capsim.reference.tables import NOTE_WEIGHTS, _cost_model, _crossover, _per_sequence_context_costs
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from conftest import unit_workload, write_workload
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 @pytest.fixture

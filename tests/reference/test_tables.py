@@ -74,7 +74,7 @@ def test_the_bundled_seed_workload_is_the_tables_one():
     from capsim.api import load_workload
     from capsim.reference.tables import SEED_UTILISATION
 
-    path = Path(__file__).parents[1] / "workloads" / "seed-utilisation.yaml"
+    path = Path(__file__).parents[2] / "workloads" / "seed-utilisation.yaml"
     w = load_workload(path)
     assert w.model_dump(exclude_unset=True) | {} == {k: v for k, v in w.model_dump(exclude_unset=True).items()}
     assert w.output_tokens.values == SEED_UTILISATION["output_tokens"]["values"]

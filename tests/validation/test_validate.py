@@ -12,7 +12,7 @@ from capsim.validation.runner import GROUPS, Outcome, find_suite, group_rows, lo
 from capsim.validation.mapping import Skip, engine_for, kv_format_for, predicted_value, workload_for
 from typer.testing import CliRunner
 
-SUITE = Path(__file__).parents[1] / "validation"
+SUITE = Path(__file__).parents[2] / "validation"
 FAST = ["llamacpp-pr4766-rtx4090-codellama7b-f16-tg128", "llamacpp-pr4766-rtx4090-codellama7b-f16-pp512",
         "trtllm014-h100sxm-llama31-8b-bf16-467-256-qps2-ttft", "lambda-vllm054-h100sxm-mistral7b-sharegpt-n10-output-tput"]
 
