@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers import REPO
 
 # (name, context lengths, q_heads, kv_heads, head_dim, block_size, q dtype, kv dtype, partition tokens)
 TRITON_CASES = [

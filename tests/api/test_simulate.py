@@ -2,14 +2,13 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from capsim.errors import CapsimError
 from capsim.api import apply_overrides, resolve, simulate
-from conftest import workload
+from helpers import REPO, workload
 
-WORKLOADS = Path(__file__).parents[2] / "workloads"
+WORKLOADS = REPO / "workloads"
 
 
 def test_overrides_are_validated_like_the_file(round_gpu_file):
@@ -97,5 +96,5 @@ def test_a_run_builds_its_tables_only_when_asked():
             "assert 'pandas' not in sys.modules, 'pandas imported by the run or by writing its files'; "
             "assert len(r.requests) == r.summary['arrived'] == 30 and 'pandas' in sys.modules; "
             "assert len(r.steps) == r.summary['num_steps']; print('ok')")
-    done = subprocess.run([sys.executable, "-c", code], check=False, cwd=Path(__file__).parents[2], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", code], check=False, cwd=REPO, capture_output=True, text=True)
     assert done.stdout.strip() == "ok", done.stderr

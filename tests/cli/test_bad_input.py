@@ -8,7 +8,7 @@ import json
 
 import pytest
 import yaml
-from conftest import ROUND_GPU, run_main
+from helpers import ROUND_GPU, run_main
 
 BASE = """model: llama-3.1-8b
 gpu: rtx4090

@@ -3,14 +3,12 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import REPO
 
-ROOT = Path(__file__).parents[2]
 
-
-def capsim(*args, cwd=ROOT):
+def capsim(*args, cwd=REPO):
     return subprocess.run([sys.executable, "-m", "capsim", *args], check=False, capture_output=True, text=True, cwd=cwd)
 
 
@@ -121,12 +119,12 @@ def test_run_draws_a_progress_bar_on_a_terminal_only(monkeypatch):
     monkeypatch.setattr(capsim.sim.engine, "PROGRESS_EVERY", 8)
     screen = io.StringIO()
     monkeypatch.setattr(capsim.cli.common, "err", Console(file=screen, force_terminal=True, width=100))
-    result = CliRunner().invoke(capsim.cli.app.app, ["run", str(ROOT / "workloads/chat.yaml"), "--requests", "200"])
+    result = CliRunner().invoke(capsim.cli.app.app, ["run", str(REPO / "workloads/chat.yaml"), "--requests", "200"])
     assert result.exit_code == 0 and "Successful requests:" in result.output
     assert "chat.yaml, requests finished" in screen.getvalue() and "/200" in screen.getvalue()
     screen.seek(0), screen.truncate()
     monkeypatch.setattr(capsim.cli.common, "err", Console(file=screen, force_terminal=False))
-    assert CliRunner().invoke(capsim.cli.app.app, ["run", str(ROOT / "workloads/chat.yaml"), "--requests", "200"]).exit_code == 0
+    assert CliRunner().invoke(capsim.cli.app.app, ["run", str(REPO / "workloads/chat.yaml"), "--requests", "200"]).exit_code == 0
     assert screen.getvalue() == ""  # not a terminal: no bar
 
 
@@ -152,7 +150,7 @@ def test_ctrl_c_during_a_run_exits_130_with_one_line():
     import signal
 
     p = subprocess.Popen([sys.executable, "-c", _ANNOUNCING_RUN, "run", "workloads/bench-1m.yaml", "--requests", "300000"],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a shell's foreground job
     assert p.stderr.readline() == "simulating\n"  # the simulation (a minute long) has started
     p.send_signal(signal.SIGINT)

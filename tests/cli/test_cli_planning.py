@@ -4,13 +4,10 @@ import io
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import unit_workload, write_workload
-
-ROOT = Path(__file__).parents[2]
+from helpers import REPO, unit_workload, write_workload
 
 
 @pytest.fixture
@@ -109,5 +106,5 @@ def test_bad_input_is_one_paragraph_and_exit_2(run_cli, wfile, args, fragment):
 
 def test_real_process_exit_code():
     p = subprocess.run([sys.executable, "-m", "capsim", "sweep", "workloads/chat.yaml", "--rate", "5:1:1"],
-                       capture_output=True, text=True, cwd=ROOT)
+                       capture_output=True, text=True, cwd=REPO)
     assert p.returncode == 2 and "--rate '5:1:1'" in p.stderr and "Traceback" not in p.stderr

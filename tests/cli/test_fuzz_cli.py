@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
-from conftest import ROUND_GPU, TINY_MODEL, run_main
+from helpers import ROUND_GPU, TINY_MODEL, run_main
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 

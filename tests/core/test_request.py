@@ -1,6 +1,6 @@
 """Request: the token catch-up bookkeeping."""
 
-from conftest import decoding, make_request
+from helpers import decoding, make_request
 
 
 def test_catch_up_states():

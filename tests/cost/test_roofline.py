@@ -6,7 +6,7 @@ from capsim.spec.config import ModelSpec
 from capsim.cost.roofline import CostModel, DocumentAssumptions
 from capsim.spec.formats import get_format
 from capsim.core.plan import StepPlan
-from conftest import TINY_MODEL, decoding, make_request
+from helpers import TINY_MODEL, decoding, make_request
 
 FP16 = get_format("fp16")
 

@@ -13,7 +13,7 @@ import types
 import pytest
 import yaml
 from capsim.errors import CapsimError
-from conftest import ROUND_GPU
+from helpers import ROUND_GPU
 from harness_helpers import DEVICE_IMAGE_SITECUSTOMIZE, REPO, run_with_sitecustomize
 
 torch = pytest.importorskip("torch")

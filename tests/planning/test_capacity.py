@@ -6,7 +6,7 @@ import pytest
 from capsim.planning.capacity import Search, capacity, probe_requests
 from capsim.errors import CapsimError
 from capsim.results.slo import Objectives, parse_objectives
-from conftest import unit_workload
+from helpers import unit_workload
 
 
 def drive(search: Search, meets) -> list[list[float]]:

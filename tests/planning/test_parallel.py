@@ -4,7 +4,7 @@ import pytest
 from capsim.errors import CapsimError
 from capsim.planning.parallel import Runner, run_tasks
 from capsim.planning.tasks import Task, evaluate
-from conftest import workload
+from helpers import workload
 
 
 def _square(x):

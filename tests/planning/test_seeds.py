@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from capsim.planning.seeds import aggregate, interval, run_seeds, t_quantile_975
 from capsim.errors import CapsimError
-from conftest import workload
+from helpers import workload
 
 
 @pytest.mark.parametrize("df, t", [(1, 12.7062047), (2, 4.3026527), (3, 3.1824463), (4, 2.7764451), (9, 2.2621572),

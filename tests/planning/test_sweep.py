@@ -7,7 +7,7 @@ import pytest
 from capsim.errors import CapsimError
 from capsim.results.slo import Objectives, objectives_for
 from capsim.planning.sweep import compare, parse_range, sweep
-from conftest import unit_workload, workload
+from helpers import unit_workload, workload
 
 
 @pytest.mark.parametrize("text, integer, values", [

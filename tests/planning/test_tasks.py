@@ -4,7 +4,7 @@ import pytest
 from capsim.planning.tasks import Task, evaluate, latency_keys, record
 from capsim.api import simulate
 from capsim.results.slo import Objectives
-from conftest import unit_workload, workload
+from helpers import unit_workload, workload
 
 
 def test_record_by_hand(priced_gpu_file):

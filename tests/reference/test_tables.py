@@ -12,6 +12,7 @@ from capsim.reference.tables import (
     render,
     utilisation_table,
 )
+from helpers import REPO
 
 
 def test_batch_table_matches_the_note():
@@ -69,12 +70,11 @@ def test_utilisation_example_through_the_schedulers():
 
 
 def test_the_bundled_seed_workload_is_the_tables_one():
-    from pathlib import Path
 
     from capsim.api import load_workload
     from capsim.reference.tables import SEED_UTILISATION
 
-    path = Path(__file__).parents[2] / "workloads" / "seed-utilisation.yaml"
+    path = REPO / "workloads" / "seed-utilisation.yaml"
     w = load_workload(path)
     assert w.model_dump(exclude_unset=True) | {} == {k: v for k, v in w.model_dump(exclude_unset=True).items()}
     assert w.output_tokens.values == SEED_UTILISATION["output_tokens"]["values"]

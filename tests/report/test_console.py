@@ -3,7 +3,7 @@
 from capsim.report.console import result_block
 from capsim.results.text_tables import csv_table, markdown_table
 from capsim.api import simulate
-from conftest import workload
+from helpers import workload
 
 
 def test_result_block_uses_vllm_line_names(round_gpu_file):

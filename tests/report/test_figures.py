@@ -18,7 +18,7 @@ from capsim.report.planning_figures import batch_figure, compare_figure, latency
 from capsim.api import simulate
 from capsim.results.slo import Objectives
 from capsim.planning.sweep import compare, sweep
-from conftest import unit_workload, workload
+from helpers import unit_workload, workload
 
 SEED_EXAMPLE = {"mode": "unit", "arrivals": {"kind": "all_at_once"}, "requests": 8,
                 "prompt_tokens": {"dist": "fixed", "value": 16},

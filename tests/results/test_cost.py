@@ -43,7 +43,7 @@ def test_a_deployment_pays_for_every_gpu(priced_gpu_file):
     # unit mode: every step takes 10 ms whatever the tensor parallelism, so TP 2 serves the same
     # tokens/s as TP 1 on twice the GPUs: twice the $/hour and twice the $ per token
     from capsim.api import simulate
-    from conftest import unit_workload
+    from helpers import unit_workload
 
     w = unit_workload(priced_gpu_file, requests=200)
     one, two, four = (simulate(w, **kw).summary for kw in ({}, {"tp": 2}, {"replicas": 4}))

@@ -5,13 +5,13 @@ labels and nullable integers."""
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from capsim.results import csv_out
 from capsim.results.csv_out import Labels, MaybeInts, as_dataframe, write_table
 from capsim.results.summary import BOUND_NAMES
+from helpers import REPO
 
 
 def _both(table: dict, **as_frame) -> tuple[str, str]:
@@ -93,7 +93,7 @@ def test_empty_tables_match():
 def test_a_runs_files_are_what_pandas_writes_for_its_tables(tmp_path):
     from capsim.api import simulate
 
-    result = simulate(Path(__file__).resolve().parents[2] / "workloads" / "chat.yaml", requests=300)
+    result = simulate(REPO / "workloads" / "chat.yaml", requests=300)
     _, requests_csv, steps_csv = result.write(tmp_path)
     steps = result.steps.copy()
     steps["bound"] = pd.Categorical.from_codes(steps["bound"], BOUND_NAMES)

@@ -8,7 +8,7 @@ import json
 import pytest
 from capsim.errors import CapsimError
 from capsim.results.out_folder import MANIFEST, Outputs, OutputFolder, kind_of
-from conftest import run_main
+from helpers import run_main
 
 
 def _write(folder, kind, names=("a.csv", "b.json"), fail=False):

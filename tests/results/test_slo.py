@@ -42,7 +42,7 @@ def test_goodput_share_must_be_a_share():
 
 
 def test_workload_slo_block_is_the_default(round_gpu_file):
-    from conftest import workload
+    from helpers import workload
 
     w = workload(round_gpu_file, slo={"goodput": {"ttft_ms": 1000, "tpot_ms": 60, "min_share": 0.95},
                                       "limits": {"ttft_p95_ms": 800}})
@@ -53,7 +53,7 @@ def test_workload_slo_block_is_the_default(round_gpu_file):
 
 
 def test_an_slo_block_must_name_its_kind(round_gpu_file):
-    from conftest import workload
+    from helpers import workload
 
     with pytest.raises(CapsimError, match="names its kind.*goodput.*limits"):
         workload(round_gpu_file, slo={"ttft_ms": 1000, "tpot_ms": 60})

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from capsim.api import simulate
 from capsim.results.steady import choose_window, emitted_in
-from conftest import unit_workload, workload
+from helpers import unit_workload, workload
 
 
 def _requests(arrivals, users=None):

@@ -4,7 +4,7 @@ import pytest
 from capsim.results.summary import Gaps, summarize
 from capsim.sim.request_log import GapLog, RequestLog
 from capsim.sim.step_log import StepLog, step_totals
-from conftest import make_request
+from helpers import make_request
 
 
 def test_summary_counts_throughput_and_kv_utilisation():

@@ -6,7 +6,7 @@ import pytest
 from capsim.report.console import verdict_block
 from capsim.api import simulate
 from capsim.results.slo import Objectives
-from conftest import unit_workload, write_workload
+from helpers import unit_workload, write_workload
 
 BIG = {"name": "big", "model": "llama-3.1-70b", "weights": "bf16", "gpu": "h100-sxm", "tp": 2, "engine": "vllm",
        "arrivals": {"kind": "closed_loop", "users": 200, "think_time_s": 5},

@@ -5,7 +5,7 @@ to step-by-step, accounting, determinism."""
 import numpy as np
 import pytest
 from capsim.api import simulate
-from conftest import workload
+from helpers import workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

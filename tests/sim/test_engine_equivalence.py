@@ -15,7 +15,7 @@ model; serving-engine profiles, one with multi-step scheduling; a sliding-window
 linear-attention model; tensor parallelism; KV-cache format; realistic, document and unit mode.
 Combinations resolve() refuses (KV sharing on contiguous reservations) are not drawn.
 
-Each example is a small workload on the tiny model and the round-number GPU (tests/conftest.py),
+Each example is a small workload on the tiny model and the round-number GPU (tests/helpers.py),
 so a run takes milliseconds; unit mode (every step the same length) makes step ends, arrivals
 and think times tie often, which is where orderings differ if anything does.
 """
@@ -25,7 +25,7 @@ import pytest
 from capsim.sim.engine import Engine
 from capsim.api import build_replica, resolve, simulate
 from capsim.workload.streams import build_stream
-from conftest import TINY_MODEL, workload
+from helpers import TINY_MODEL, workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -130,7 +130,7 @@ def _under_pressure(draw, fields: dict, mode: str) -> None:
 
 @st.composite
 def workloads(draw) -> dict:
-    """The fields of one workload (on top of conftest.workload's defaults)."""
+    """The fields of one workload (on top of helpers.workload's defaults)."""
     mode = draw(st.sampled_from(["realistic", "realistic", "unit", "document"]))
     fields = _server(draw, mode)
     paged = fields["allocator"] == "paged"

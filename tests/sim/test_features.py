@@ -7,7 +7,7 @@ from capsim.spec.formats import get_format
 from capsim.core.plan import StepPlan
 from capsim.core.request import Request
 from capsim.api import simulate
-from conftest import workload
+from helpers import workload
 
 
 def _trace(tmp_path, rows):

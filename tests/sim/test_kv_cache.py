@@ -2,7 +2,7 @@
 
 import pytest
 from capsim.sim.kv_cache import ContiguousAllocator, PagedAllocator, blocks_for
-from conftest import make_paged, make_request
+from helpers import make_paged, make_request
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -53,7 +53,7 @@ def test_contiguous_reserves_max_model_len_or_the_request():
 ])
 def test_max_decode_steps(contexts, k_max, free, expect):
     kv = make_paged(num_blocks=free + sum(blocks_for(c, 4) for c in contexts), block_size=4)
-    from conftest import decoding, running_set
+    from helpers import decoding, running_set
 
     reqs = [decoding(c, 100, rid=i) for i, c in enumerate(contexts)]  # computed = c
     for r in reqs:
@@ -66,7 +66,7 @@ def test_max_decode_steps(contexts, k_max, free, expect):
 def test_promised_decode_blocks_match_step_by_step_allocation():
     """Decoders grow in bulk through the running set's residues; naming the blocks later gives
     the same tables as allocating one step at a time."""
-    from conftest import decoding, running_set
+    from helpers import decoding, running_set
 
     bulk, single = make_paged(num_blocks=1000, block_size=4), make_paged(num_blocks=1000, block_size=4)
     reqs = [decoding(c, 100, rid=i) for i, c in enumerate([1, 4, 7, 10])]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from capsim.results.summary import Gaps, request_frame
 from capsim.sim.request_log import GapLog, RequestLog
-from conftest import make_request
+from helpers import make_request
 
 
 def test_request_records_derive_vllm_latencies():
@@ -34,6 +34,7 @@ def test_gap_log_expands_segments():
     assert pieces == sorted((g, n) for g, n, _ in entries)
     class_one = sorted((g, n) for part in view.pieces(1) for g, n in zip(*(a.tolist() for a in part)))
     assert class_one == [(1.0, 1), (2.0, 1)]
+
 
 def test_gap_log_takes_first_gaps_from_segment_starts_and_step_gaps_from_the_step_log():
     """A segment added with `first` also has the gap from its start to its first end, and the

@@ -4,7 +4,7 @@ from collections import deque
 
 import pytest
 from capsim.sim.kv_cache import ContiguousAllocator
-from conftest import decoding, make_paged, make_request, make_scheduler, running_set
+from helpers import decoding, make_paged, make_request, make_scheduler, running_set
 
 
 def _hold(kv, *reqs):

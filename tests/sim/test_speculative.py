@@ -3,7 +3,7 @@
 import pytest
 from capsim.api import simulate
 from capsim.sim.speculative import TokenSchedule, expected_tokens
-from conftest import workload
+from helpers import workload
 
 
 def test_expected_tokens_per_step():

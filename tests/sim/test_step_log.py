@@ -7,7 +7,7 @@ from capsim.sim import step_log
 from capsim.cost.decode_runs import DecodeSteps
 from capsim.api import simulate
 from capsim.sim.step_log import StepLog, step_totals
-from conftest import workload
+from helpers import workload
 
 
 def _pricer(n, full, sliding):

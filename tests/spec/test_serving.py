@@ -8,7 +8,7 @@ from capsim.spec.serving import EngineProfile, engine_catalog, load_engine
 from capsim.errors import CapsimError
 from capsim.spec.formats import get_format
 from capsim.api import resolve
-from conftest import workload
+from helpers import workload
 
 ENGINE_FIELDS_WITH_NUMBERS = ("scheduler", "overhead", "kernels_per_layer", "kernel_efficiency", "memory")
 

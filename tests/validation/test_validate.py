@@ -3,7 +3,6 @@ a few fast points run end to end, and the report has its per-group MAPE table. T
 (about 2-3 minutes) is run by hand: `capsim validate`."""
 
 import math
-from pathlib import Path
 
 import pytest
 from capsim.cli.app import app
@@ -11,8 +10,9 @@ from capsim.errors import CapsimError
 from capsim.validation.runner import GROUPS, Outcome, find_suite, group_rows, load_points, mape, render, run_point, run_suite, write
 from capsim.validation.mapping import Skip, engine_for, kv_format_for, predicted_value, workload_for
 from typer.testing import CliRunner
+from helpers import REPO
 
-SUITE = Path(__file__).parents[2] / "validation"
+SUITE = REPO / "validation"
 FAST = ["llamacpp-pr4766-rtx4090-codellama7b-f16-tg128", "llamacpp-pr4766-rtx4090-codellama7b-f16-pp512",
         "trtllm014-h100sxm-llama31-8b-bf16-467-256-qps2-ttft", "lambda-vllm054-h100sxm-mistral7b-sharegpt-n10-output-tput"]
 

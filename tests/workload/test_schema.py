@@ -2,7 +2,7 @@
 
 import pytest
 from capsim.errors import CapsimError
-from conftest import workload
+from helpers import workload
 
 
 @pytest.mark.parametrize("fields, fragment", [

@@ -5,7 +5,7 @@ import pytest
 from capsim.errors import CapsimError
 from capsim.workload.streams import build_stream, read_trace, sample_lengths
 from capsim.workload.schema import LogNormal
-from conftest import workload
+from helpers import workload
 
 
 def test_poisson_rate_and_first_arrival_at_zero(round_gpu_file):
