@@ -1,4 +1,4 @@
-"""Shared helpers of the calibration-harness tests (test_harness_*.py).
+"""Shared helpers of the calibration-harness tests (tests/harness/).
 
 Run as a script (`python tests/harness_helpers.py triton-cases`) it checks the Triton paged-decode
 kernel under Triton's interpreter and prints one JSON line per case: the interpreter must be
@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers import REPO
 
 # (name, context lengths, q_heads, kv_heads, head_dim, block_size, q dtype, kv dtype, partition tokens)
 TRITON_CASES = [

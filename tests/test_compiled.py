@@ -15,17 +15,16 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from capsim.compiled import PURE_PYTHON_VARIABLE, build_record, is_compiled
+from helpers import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # (workload, overrides, macro_steps): every bundled workload, shortened, and the variants that
 # take the engine's other paths.
 CASES = [
-    *[(f"workloads/{p.name}", {"requests": 300}, True) for p in sorted((ROOT / "workloads").glob("*.yaml"))],
+    *[(f"workloads/{p.name}", {"requests": 300}, True) for p in sorted((REPO / "workloads").glob("*.yaml"))],
     ("workloads/bench-10k.yaml", {"requests": 300, "scheduler": "chunked", "max_num_batched_tokens": 512}, True),
     ("workloads/bench-10k.yaml", {"requests": 300, "num_gpu_blocks": 300}, True),  # preempts
     ("workloads/chat.yaml", {"requests": 200, "scheduler": "static"}, True),
@@ -55,7 +54,7 @@ def _run(pure: bool, script: str = SCRIPT, *args: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != PURE_PYTHON_VARIABLE}
     if pure:
         env[PURE_PYTHON_VARIABLE] = "1"
-    done = subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", script, *args], cwd=REPO, env=env, capture_output=True,
                           text=True, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)

@@ -2,17 +2,15 @@
 apart, SimPy / torch / Typer / matplotlib each stay in their one package (import-linter, with the
 contracts in pyproject.toml), and no module imports itself back through others (no cycles)."""
 
-from pathlib import Path
 
 import grimp
 import pytest
 from importlinter.cli import lint_imports
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import REPO
 
 
 def test_import_contracts_in_pyproject_are_kept(capsys):
-    code = lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True)
+    code = lint_imports(config_filename=str(REPO / "pyproject.toml"), no_cache=True)
     assert code == 0, capsys.readouterr().out[-4000:]  # the broken contracts, with their import chains
 
 
@@ -39,7 +37,7 @@ def test_no_module_imports_itself_back():
 @pytest.mark.parametrize("package", ["core", "spec", "workload", "cost", "sim", "results", "planning", "validation",
                                      "reference", "report", "cli", "harness"])
 def test_every_package_says_what_it_holds_and_may_import(package):
-    doc = (ROOT / "simulator" / "capsim" / package / "__init__.py").read_text()
+    doc = (REPO / "simulator" / "capsim" / package / "__init__.py").read_text()
     assert doc.lstrip().startswith('"""') and "import" in doc.split('"""')[1]
 
 

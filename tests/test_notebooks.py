@@ -1,13 +1,13 @@
 """The notebooks run top to bottom in a fresh kernel, and are committed without outputs."""
 
-from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
-NOTEBOOKS = sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 
 
 def test_both_notebooks_are_there():

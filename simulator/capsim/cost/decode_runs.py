@@ -4,9 +4,9 @@ Decode-only steps (every running request computes one token) are priced by `deco
 function of the batch size n and the summed contexts S (full attention) and Ss (sliding window)
 only, and summed into end times by `decode_ends`: a numpy path for long runs and a scalar loop
 for short ones, using the same float operations in the same order. That is what makes a
-macro-step of k steps and k single steps land on the same bits (tests/test_engine.py). Anything
+macro-step of k steps and k single steps land on the same bits (tests/sim/test_engine.py). Anything
 that refines decode pricing must stay a function of (n, S, Ss) built from + - * / and max/min,
-identical in both paths (tests/test_cost_model.py checks bit-identity).
+identical in both paths (tests/cost/test_roofline.py checks bit-identity).
 
 `DecodeRuns` holds this pricing as a base class of capsim.cost.roofline.CostModel, which sets the
 numbers declared here and provides the per-step parts the coefficients are built from. Decode-only

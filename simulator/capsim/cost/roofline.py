@@ -230,7 +230,7 @@ class CostModel(DecodeRuns):
         attended position) pairs, summed. The kernels' fixed cost per sequence and layer sits on
         the compute side: it overlaps with streaming a long context and shows with short ones.
         attention_arrays is the same expression over numpy arrays of steps: keep the two identical
-        (tests/test_cost_model.py compares their bits).
+        (tests/cost/test_roofline.py compares their bits).
         """
         if self.mode == "document":
             return 0.0, 0.0, 0.0, 0.0

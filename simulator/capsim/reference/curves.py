@@ -26,7 +26,8 @@ def batch_curves(setup: TableSetup = TableSetup(), context_tokens: int | None = 
     with each sequence's KV traffic at that context. Batches run 1..max_batch (default: 64, or
     twice the larger crossover)."""
     # The tables' own cost set-up, reused so the curve passes through the table's rows exactly
-    # (tests/test_curves.py checks it); a public per-batch entry point in tables would replace this.
+    # (tests/reference/test_curves.py checks it); a public per-batch entry point in tables would
+    # replace this.
 
     if context_tokens is not None and context_tokens <= 0:
         raise CapsimError(f"--context: must be a positive number of tokens (got {context_tokens}).")

@@ -7,7 +7,7 @@ per-step times, token times and records are the ones k single steps would produc
 go through CostModel.decode_steps and the same integer bookkeeping, and because a macro-step ends
 with the step an arrival could join: the next arrival known when it starts, or a closed-loop send
 made while it runs (another replica's request finished), which cuts it short (Intake._cut).
-tests/test_engine_equivalence.py runs randomised workloads over every feature both ways and
+tests/sim/test_engine_equivalence.py runs randomised workloads over every feature both ways and
 compares every record. `macro_steps=False` is the plain reference: one event per step and one
 per arrival. With one replica and open-loop arrivals the step loop is the only process: it pulls
 the arrivals due and its waits move the clock directly (`_run_alone`), with SimPy's ordering and

@@ -1,0 +1,127 @@
+"""Serving-engine profiles: the catalogue, `extends`, scheduling defaults applied where the
+workload is silent, and the engine terms the cost model adds (host time, kernels, graphs)."""
+
+import pytest
+from capsim.spec.catalog import load_hardware, load_model
+from capsim.cost.roofline import CostModel
+from capsim.spec.serving import EngineProfile, engine_catalog, load_engine
+from capsim.errors import CapsimError
+from capsim.spec.formats import get_format
+from capsim.api import resolve
+from helpers import workload
+
+ENGINE_FIELDS_WITH_NUMBERS = ("scheduler", "overhead", "kernels_per_layer", "kernel_efficiency", "memory")
+
+
+def test_every_engine_loads_and_says_where_its_numbers_come_from():
+    cat = engine_catalog()
+    assert {"vllm", "sglang@0.3", "trt-llm", "llama.cpp"} <= set(cat)
+    for name, prof in cat.items():
+        for field in ENGINE_FIELDS_WITH_NUMBERS:
+            assert prof.sources.get(field, "").strip(), f"{name}: no source for {field}"
+
+
+def test_an_older_release_extends_its_engine_and_lists_only_differences():
+    new, old = load_engine("llama.cpp"), load_engine("llama.cpp@2024-01")
+    assert new.cuda_graphs and not old.cuda_graphs
+    assert old.kernels_per_layer == new.kernels_per_layer and old.overhead == new.overhead
+    assert old.sources["scheduler"] == new.sources["scheduler"]  # inherited key by key
+    assert "PR #6766" in old.sources["cuda_graphs"]
+    assert load_engine("vllm@0.6-ms10").overhead.steps_per_schedule == 10
+    assert load_engine("TensorRT-LLM").name == "trt-llm"  # aliases, any case
+
+
+def test_unknown_engine_names_the_field_and_the_choices(round_gpu_file):
+    with pytest.raises(CapsimError, match=r"field 'engine': unknown engine 'vlm'. Did you mean: vllm"):
+        resolve(workload(round_gpu_file, engine="vlm"), "w.yaml")
+
+
+def test_engine_defaults_fill_only_what_the_workload_leaves_unset(round_gpu_file):
+    w = workload(round_gpu_file, engine="vllm", scheduler=None, gpu_memory_utilization=None)
+    setup = resolve(w, "w.yaml")
+    s = setup.workload.scheduler
+    assert (s.kind, s.max_num_seqs, s.block_size) == ("chunked", 1024, 16)  # 100 GB round GPU: >= 70 GiB
+    assert setup.max_num_batched_tokens == 8192 and setup.workload.gpu_memory_utilization == 0.9
+    given = resolve(workload(round_gpu_file, engine="vllm", gpu_memory_utilization=0.5,
+                             scheduler={"kind": "continuous", "max_num_seqs": 8, "block_size": 4}), "w.yaml")
+    g = given.workload.scheduler
+    assert (g.kind, g.max_num_seqs, g.block_size, given.workload.gpu_memory_utilization) == ("continuous", 8, 4, 0.5)
+    a100 = resolve(workload("a100-80g", model="llama-3.1-8b", engine="vllm", scheduler=None), "w.yaml")
+    assert a100.workload.scheduler.max_num_seqs == 256 and a100.max_num_batched_tokens == 2048  # vLLM leaves A100s small
+
+
+def test_choosing_another_batching_mode_drops_the_engines_token_budget():
+    # vLLM with chunked prefill turned off prefills whole prompts: its budget is max(max_model_len, 2048),
+    # not the chunked 2048, so a continuous scheduler with a long max_model_len still resolves.
+    w = workload("rtx4090", model="mistral-7b", engine="vllm", max_model_len=8192,
+                 scheduler={"kind": "continuous", "max_num_seqs": 128})
+    setup = resolve(w, "w.yaml")
+    assert setup.workload.scheduler.kind == "continuous" and setup.max_num_batched_tokens == 8192
+    chunked = resolve(workload("rtx4090", model="mistral-7b", engine="vllm", scheduler={"kind": "chunked"}), "w.yaml")
+    assert chunked.max_num_batched_tokens == 2048  # the engine's own mode keeps its budget
+
+
+def _engine(**over) -> EngineProfile:
+    data = {"name": "e", "version": "test", "scheduler": {"kind": "chunked", "max_num_seqs": 8, "block_size": 16},
+            "gpu_memory_utilization": 0.9, "kernels_per_layer": 10, "cuda_graph_max_batch": 4,
+            "overhead": {"step_s": 1e-3, "seq_s": 1e-5}, "sources": {"all": "test"}}
+    return EngineProfile.model_validate({**data, **over})
+
+
+def test_engine_host_time_and_kernels_add_to_every_step(tiny_model, round_gpu):
+    gpu = round_gpu.model_copy(update={"overhead": round_gpu.overhead.model_copy(
+        update={"kernel_s": 2e-6, "launch_gap_s": 1e-6})})
+    fp16 = get_format("fp16")
+    cm = CostModel(tiny_model, gpu, fp16, fp16, engine=_engine())
+    # 1 layer: host 1 ms + 10 us per sequence; 10 kernels x 2 us with the graph, + 1 us each without
+    assert cm.fixed_seconds(4, 4, decode_only=True)[0] == pytest.approx(1e-3 + 4e-5 + 20e-6)
+    assert cm.fixed_seconds(5, 5, decode_only=True)[0] == pytest.approx(1e-3 + 5e-5 + 30e-6)  # above the graphs
+    assert cm.fixed_seconds(100, 1, decode_only=False)[0] == pytest.approx(1e-3 + 1e-5 + 30e-6)
+    multi = CostModel(tiny_model, gpu, fp16, fp16, engine=_engine(overhead={"step_s": 1e-3, "seq_s": 1e-5,
+                                                                          "steps_per_schedule": 10}))
+    assert multi.fixed_seconds(4, 4, decode_only=True)[0] == pytest.approx((1e-3 + 4e-5) / 10 + 20e-6)
+    bare = CostModel(tiny_model, gpu, fp16, fp16)
+    assert bare.fixed_seconds(4, 4, decode_only=True) == (0.0, 0.0)
+
+
+def test_llama_cpp_on_an_h100_reaches_a_smaller_share_of_peak_bandwidth_than_on_a_4090():
+    """The issue's example: at batch 1, per-kernel fixed costs, not bandwidth, dominate small
+    models on fast GPUs."""
+    model, q4, f16 = load_model("llama-3.1-8b"), get_format("q4_k_m"), get_format("fp16")
+    share = {}
+    for gpu in ("rtx4090", "h100-pcie"):
+        hw = load_hardware(gpu)
+        cm = CostModel(model, hw, q4, f16, engine=load_engine("llama.cpp"))
+        step_s = cm.decode_seconds(1, 512, 0)
+        share[gpu] = cm.gemm_part(1, 1, 1)[3] / step_s / hw.memory_bandwidth_bytes_per_s
+    # measured (validation/xiongjiedai-*): 4.9 GB x 130.6 tokens/s = 0.64 of the 4090's 1,008 GB/s,
+    # 4.9 GB x 145.6 tokens/s = 0.36 of the H100 PCIe's 2 TB/s
+    assert share["h100-pcie"] < 0.7 * share["rtx4090"]
+    assert share["rtx4090"] > 0.5
+
+
+def test_llama_cpp_pays_fp32_score_traffic_without_flash_attention(tiny_model, round_gpu):
+    fp16 = get_format("fp16")
+    fa = CostModel(tiny_model, round_gpu, fp16, fp16, engine=_engine())
+    no_fa = CostModel(tiny_model, round_gpu, fp16, fp16, engine=_engine(flash_attention=False))
+    # 1,000 (query, key) pairs x 10 heads x 16 bytes (4 fp32 passes)
+    extra = no_fa.attention_part(0.0, 0.0, 1000.0, 0.0, 0)[3] - fa.attention_part(0.0, 0.0, 1000.0, 0.0, 0)[3]
+    assert extra == pytest.approx(1000 * 10 * 16)
+
+
+def test_fp16_accumulate_engines_get_the_geforce_fp16_accumulate_peak():
+    model, f16 = load_model("llama-3.1-8b"), get_format("fp16")
+    hw = load_hardware("rtx4090")
+    assert CostModel(model, hw, f16, f16, engine=load_engine("llama.cpp")).peak == 330.3e12
+    assert CostModel(model, hw, f16, f16, engine=load_engine("vllm")).peak == 165.2e12
+    assert CostModel(model, load_hardware("a100-80g"), f16, f16, engine=load_engine("llama.cpp")).peak == 312e12
+
+
+def test_macro_steps_equal_step_by_step_with_an_engine_and_tp(round_gpu_file):
+    from capsim.api import simulate
+
+    w = workload(round_gpu_file, engine="vllm@0.6-ms10", tp=2, requests=30,
+                 scheduler={"kind": "continuous", "max_num_seqs": 8, "block_size": 4})
+    fast, slow = simulate(w), simulate(w, macro_steps=False)
+    assert fast.requests.equals(slow.requests)
+    assert fast.summary["setup"]["engine"] == "vllm@0.6-ms10" and fast.summary["setup"]["tp"] == 2

@@ -1,0 +1,175 @@
+"""`capsim validate`: the suite loads, points map onto simulations as validation/README.md says,
+a few fast points run end to end, the report has its MAPE table per split and group, and every
+file says its split. The full suite (about 7 minutes on 2 cores) is run by hand: `capsim validate`."""
+
+import math
+
+import pytest
+from capsim.cli.app import app
+from capsim.errors import CapsimError
+from capsim.validation.runner import GROUPS, Outcome, find_suite, group_rows, load_points, mape, render, run_point, run_suite, write
+from capsim.validation.mapping import Skip, engine_for, kv_format_for, predicted_value, workload_for
+from typer.testing import CliRunner
+from helpers import REPO
+
+SUITE = REPO / "validation"
+FAST = ["llamacpp-pr4766-rtx4090-codellama7b-f16-tg128", "llamacpp-pr4766-rtx4090-codellama7b-f16-pp512",
+        "trtllm014-h100sxm-llama31-8b-bf16-467-256-qps2-ttft", "lambda-vllm054-h100sxm-mistral7b-sharegpt-n10-output-tput"]
+
+
+@pytest.fixture(scope="module")
+def points() -> dict:
+    return {p["id"]: p for p in load_points(SUITE)}
+
+
+def test_the_suite_has_its_points_from_independent_sources(points):
+    assert len(points) >= 30
+    sources = {p["_file"] for p in points.values()}
+    assert len(sources) >= 4
+    groups = {p["group"] for p in points.values()}
+    assert {"decode", "prefill", "ttft", "max_throughput", "concurrency"} <= groups <= set(GROUPS)
+
+
+def test_a_decode_point_is_one_request_with_n_decode_steps(points):
+    p = points["xdai-rtx4090-llama3-8b-q4_k_m-tg4096"]
+    w = workload_for(p)
+    assert (w.engine, w.gpu, w.model, w.weights, w.kv_cache) == ("llama.cpp", "rtx4090", "llama-3.1-8b", "q4_k_m", "fp16")
+    assert w.requests == 1 and w.arrivals.kind == "all_at_once"
+    assert w.prompt_tokens.value == 1 and w.output_tokens.value == 4097  # first token + 4,096 decode steps
+
+
+def test_engine_versions_and_unstated_formats_follow_the_documented_rules(points):
+    assert engine_for(points["xdai-rtx4090-llama2-7b-q4_0-tg1024"]) == "llama.cpp@2024-01"  # b1671, no CUDA graphs
+    assert engine_for(points["lambda-vllm054-h100sxm-mistral7b-sharegpt-n320-itl"]) == "vllm@0.5"
+    assert engine_for(points["vllm060-a100-llama31-8b-sharegpt-rps4-tpot"]) == "vllm@0.6-ms10"
+    assert kv_format_for(points["trtllm10-h100sxm-llama31-8b-fp8-1000-1000"]) == "fp8_e4m3"  # TRT-LLM FP8 build
+    assert kv_format_for(points["lambda-vllm054-h100sxm-llama31-8b-fp8-sharegpt-n320-output-tput"]) == "bf16"  # auto
+    tp8 = workload_for(points["trtllm017-h100sxm-llama31-70b-fp8-tp8-1000-1000"])
+    assert tp8.tp == 8 and tp8.requests == 3000 and tp8.gpu_memory_utilization == 0.95  # the page's flag
+    sharegpt = workload_for(points["sglang030-a100-llama31-8b-sharegpt-rps4-ttft"])
+    assert sharegpt.arrivals.kind == "poisson" and sharegpt.prompt_tokens.dist == "lognormal"
+
+
+def test_points_that_cannot_be_represented_are_skipped_with_a_reason(points):
+    with pytest.raises(Skip, match="longest answer"):
+        workload_for(points["lambda-vllm054-h100sxm-mistral7b-sharegpt-n10-output-tput"])
+
+
+def test_sglang_random_lengths_are_uniform_up_to_the_stated_length(points):
+    w = workload_for(points["dc-sglang-h200x4-llama33-70b-rand1024-rps1-ttft"])  # random_range_ratio 0.0
+    assert (w.prompt_tokens.dist, w.prompt_tokens.min, w.prompt_tokens.max) == ("uniform", 1, 1024)
+    assert (w.output_tokens.min, w.output_tokens.max) == (1, 1024)
+    assert w.arrivals.kind == "poisson" and w.arrivals.rate_per_s == 1.0 and w.requests == 300
+    assert (w.engine, w.tp, w.gpu) == ("sglang@0.3", 4, "h200")
+
+
+def test_mlperf_points_are_skipped_until_the_dataset_prompt_length_is_known(points):
+    with pytest.raises(Skip, match="OpenOrca"):
+        workload_for(points["mlperf41-nvidia-h200x8-offline-tokens"])
+    with pytest.raises(Skip, match="vLLM 0.4.3"):  # no profile for AMD's vLLM 0.4 fork
+        engine_for(points["mlperf41-amd-mi300x8-offline-tokens"])
+    assert engine_for(points["mlperf51-krai-h200x8-vllm092-server-ttft-mean"]) == "vllm"  # V1
+
+
+def test_loadgen_latencies_in_ns_compare_with_the_run_in_ms(points):
+    summary = {"mean_ttft_ms": 250.0, "p99_tpot_ms": 40.0}
+    assert predicted_value(points["mlperf41-nvidia-h200x8-server-ttft-mean"], summary) == 250.0e6
+    assert predicted_value({"metric": "tpot_ns", "statistic": "p99"}, summary) == 40.0e6
+
+
+def test_a_concurrency_sweep_without_a_rate_is_a_closed_loop(points):
+    w = workload_for(points["nim180-h100x2-llama33-70b-fp8-tp2-5000-500-c25-ttft"])
+    assert (w.arrivals.kind, w.arrivals.users, w.arrivals.think_time_s) == ("closed_loop", 25, 0.0)
+    assert w.requests == 250 and w.engine == "trt-llm" and w.kv_cache == "fp8_e4m3"  # NIM FP8 profile
+    alone = workload_for(points["nim180-h100x2-llama33-70b-fp8-tp2-5000-500-c1-ttft"])  # TTFT of one request
+    assert alone.requests == 1 and alone.prompt_tokens.value == 5000
+
+
+def test_disaggregated_points_are_skipped_with_the_reason(points):
+    disaggregated = [p for p in points.values() if p["group"] == "disaggregated"]
+    assert disaggregated
+    for p in disaggregated:
+        with pytest.raises(Skip, match="disaggregated serving not simulated yet"):
+            workload_for(p)
+
+
+def test_fast_points_run_end_to_end():
+    outcomes = run_suite(SUITE, only=FAST, workers=1)
+    by_id = {o.id: o for o in outcomes}
+    assert set(by_id) == set(FAST)
+    ok = [o for o in outcomes if o.status == "ok"]
+    assert len(ok) == 3
+    for o in ok:
+        assert o.predicted > 0 and o.error_pct == pytest.approx(100 * (o.predicted - o.measured) / o.measured)
+    assert by_id[FAST[3]].status == "skipped" and by_id[FAST[3]].predicted is None
+    table = {(r[0], r[1]): r[2:] for r in group_rows(outcomes)}
+    assert {o.split for o in outcomes} == {"test", "calibration"}  # PR #4766 is held out; TensorRT-LLM, Lambda are not
+    assert table["test", "decode"][0] == 1
+    assert table["test", "decode"][2] == pytest.approx(abs(by_id[FAST[0]].error_pct), abs=0.05)
+    assert table["calibration", "all"][1] == 1  # the skipped Lambda point is counted, not scored
+
+
+def _outcome(group, err, status="ok", split="test"):
+    pred = None if status != "ok" else 100 + err
+    return Outcome("x", "f.yaml", split, group, "vllm", "h100-sxm", 1, "m", "ttft_ms", "mean", 100.0, pred,
+                   None if pred is None else err, status, "" if status == "ok" else "why")
+
+
+def test_mape_per_group_and_the_markdown_table(tmp_path):
+    outcomes = [_outcome("decode", 10.0), _outcome("decode", -20.0), _outcome("ttft", 30.0),
+                _outcome("prefill", 10.0), _outcome("concurrency", 0.0, status="skipped"),
+                _outcome("decode", 50.0, split="calibration")]
+    assert mape(outcomes[:2]) == 15.0
+    rows = {(r[0], r[1]): r[2:] for r in group_rows(outcomes)}
+    assert [r[0] for r in group_rows(outcomes)][0] == "test"  # the accuracy comes first
+    test = {g: r for (s, g), r in rows.items() if s == "test"}
+    assert test["prefill+ttft"][2] == 20.0 and test["decode"][4] == 15.0 and test["concurrency"][0:2] == [0, 1]
+    assert test["max_throughput"][2] is None
+    assert rows["calibration", "decode"][:3] == [1, 0, 50.0]  # never pooled with the test set
+    assert not math.isnan(test["all"][2])
+    md = render(outcomes, "markdown")
+    assert "| split | group | points | skipped | mape_pct |" in md and "skipped: why" in md
+    paths = write(outcomes, tmp_path)
+    assert [p.name for p in paths] == ["validation.csv", "validation_groups.csv", "validation.json"]
+    assert "calibration,decode,1,0,50.0" in paths[1].read_text()
+    import json
+    groups = json.loads(paths[2].read_text())["groups"]
+    assert {(g["split"], g["group"]) for g in groups} >= {("test", "decode"), ("calibration", "decode")}
+
+
+def test_a_missing_suite_says_where_it_looked(tmp_path):
+    with pytest.raises(CapsimError, match="no validation suite found.*--suite DIR"):
+        find_suite(tmp_path / "nowhere")
+    (tmp_path / "bad.yaml").write_text("source: {split: test}\npoints: [{id: a}]\n")
+    with pytest.raises(CapsimError, match=r"bad.yaml: point \[0\]: required field\(s\) missing"):
+        load_points(tmp_path)
+
+
+def test_every_file_says_its_split_and_the_test_set_is_the_agreed_publishers(points, tmp_path):
+    test_files = {p["_file"] for p in points.values() if p["_split"] == "test"}
+    held_out = ("nim-benchmarking-", "datacrunch-", "llamacpp-pr4766-", "llamacpp-pr16834-", "mlperf-nvidia-",
+                "mlperf-nebius-", "mlperf-krai-", "mooncake-")
+    assert test_files == {f for f in {p["_file"] for p in points.values()} if f.startswith(held_out)}
+    tested = [p for p in points.values() if p["_split"] == "test"]
+    assert len(tested) >= len(points) / 3  # the issue: at least a third of the points
+    (tmp_path / "nosplit.yaml").write_text("source: {title: t}\npoints: []\n")
+    with pytest.raises(CapsimError, match=r"nosplit.yaml: field 'source.split' is None.*'test'.*'calibration'"):
+        load_points(tmp_path)
+    with pytest.raises(CapsimError, match="--split 'train': no such set"):
+        run_suite(SUITE, split="train")
+
+
+def test_cli_validate_prints_markdown():
+    result = CliRunner().invoke(app, ["validate", "--suite", str(SUITE), "--only", FAST[0], "--format", "markdown",
+                                      "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert "MAPE per split and group" in result.output and FAST[0] in result.output
+    assert "| test | decode | 1 |" in result.output and "| calibration |" not in result.output
+    with pytest.raises(CapsimError, match="no point id in the chosen split contains it"):  # PR #4766 is in the test set
+        run_suite(SUITE, only=[FAST[0]], split="calibration")
+
+
+def test_run_point_reports_failures_instead_of_raising(points):
+    broken = dict(points[FAST[0]], gpu="no-such-gpu")
+    o = run_point(broken)
+    assert o.status == "failed" and "unknown GPU" in o.reason
