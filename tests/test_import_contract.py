@@ -2,7 +2,6 @@
 apart, SimPy / torch / Typer / matplotlib each stay in their one package (import-linter, with the
 contracts in pyproject.toml), and no module imports itself back through others (no cycles)."""
 
-
 import grimp
 import pytest
 from importlinter.cli import lint_imports
@@ -48,17 +47,17 @@ def test_simpy_internals_are_touched_only_in_the_clock_module():
 
     private = re.compile(r"\benv\._|\._(now|eid|queue|ok|value|triggered|processed)\b")
     offenders = []
-    for path in sorted((ROOT / "simulator" / "capsim").rglob("*.py")):
+    for path in sorted((REPO / "simulator" / "capsim").rglob("*.py")):
         if path.name == "clock.py" and path.parent.name == "sim":
             continue
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if private.search(line.split("#")[0]):
-                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+                offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
     assert offenders == []
 
 
 def test_no_source_file_is_over_400_lines():
     """DESIGN §7: files under about 400 lines; split along a seam instead of growing one."""
-    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "simulator" / "capsim").rglob("*.py"))
+    long = {str(p.relative_to(REPO)): n for p in sorted((REPO / "simulator" / "capsim").rglob("*.py"))
             if (n := len(p.read_text().splitlines())) > 400}
     assert long == {}
