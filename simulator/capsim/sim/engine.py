@@ -182,7 +182,7 @@ class Engine(Intake):
     def _start(self, rep: Replica, plan: StepPlan) -> None:
         """The plan's bookkeeping before the pass: rejections, preemptions, admissions, memory."""
         if plan.decode_only:
-            return  # nothing to admit, preempt or allocate: decode blocks are promised in _decode
+            return  # nothing to admit, preempt or allocate: decode blocks are promised in _price
         now, running, kv = self.now_s, rep.running, rep.kv
         for _ in range(len(plan.admitted) + len(plan.rejected)):
             rep.waiting.popleft()

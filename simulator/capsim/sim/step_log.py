@@ -107,7 +107,7 @@ class StepLog:
 
     def decoder_gaps(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(gap_s, count, end_s) of the inter-token gaps single steps carry: each step's duration,
-        shared by its `emitters`, ending with the step (GapLog.view takes them with the rest)."""
+        shared by its `emitters`, ending with the step (GapLog.parts takes them with the rest)."""
         single = self._single.columns()
         carried = single["emitters"] > 0
         return single["duration_s"][carried], single["emitters"][carried], single["end_s"][carried]
