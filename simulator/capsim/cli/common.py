@@ -10,6 +10,7 @@ Typer reads every command's parameters at each start, and string annotations mad
 
 import contextlib
 import math
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -17,10 +18,20 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-# No console markup: every message capsim prints is plain text (an install hint's '[dask]', a
-# workload named '[x]' print as written); the few styled words are Text objects.
-out = Console(markup=False)
-err = Console(stderr=True, markup=False)
+# Off a terminal Rich would wrap everything at 80 columns, splitting a table's names and numbers
+# over lines; piped or redirected, a table prints at its natural width instead, one row a line.
+_PIPE_WIDTH = 10_000
+
+
+def _console(stream, **kw) -> Console:
+    # No console markup: every message capsim prints is plain text (an install hint's '[dask]', a
+    # workload named '[x]' print as written); the few styled words are Text objects.
+    width = None if stream.isatty() else _PIPE_WIDTH
+    return Console(markup=False, width=width, **kw)
+
+
+out = _console(sys.stdout)
+err = _console(sys.stderr, stderr=True)
 
 
 def finite_float(value) -> float:

@@ -115,7 +115,8 @@ def verdict_block(v: dict) -> str:
 
 def rich_table(title: str, columns: list[str], rows: list[list], caption: str | None = None):
     """A Rich table (text columns left, numbers right; ints with thousands separators). Cells fold
-    rather than being cut, so a table narrower than its text (piped: 80 columns) still prints whole."""
+    rather than being cut, so a table wider than a terminal still prints whole (piped, the CLI's
+    console has no width limit: a row stays on one line)."""
     from rich.table import Table
 
     table = Table(title=title, caption=caption, caption_justify="left")
