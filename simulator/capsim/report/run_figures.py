@@ -76,7 +76,7 @@ def latency_cdfs(requests: pd.DataFrame, setup: dict, slo_lines: list | None = N
     return fig
 
 
-def _bins(steps: pd.DataFrame, n: int = MAX_POINTS) -> pd.DataFrame:
+def time_bins(steps: pd.DataFrame, n: int = MAX_POINTS) -> pd.DataFrame:
     """Steps grouped into at most n time bins: duration-weighted means and maxima per bin."""
     if len(steps) <= n:
         return steps.assign(bin_end_s=steps["end_s"])
@@ -95,7 +95,7 @@ def _bins(steps: pd.DataFrame, n: int = MAX_POINTS) -> pd.DataFrame:
 def kv_memory(steps: pd.DataFrame, setup: dict) -> Figure:
     """KV memory over time, stacked: tokens stored, internal waste (paged: slack in last blocks)
     or reserved-but-unused (contiguous), and free, up to the KV capacity."""
-    data = _bins(steps)
+    data = time_bins(steps)
     capacity = float(setup["kv_capacity_tokens"])
     t = data["bin_end_s"].to_numpy()
     stored, held = data["kv_stored_tokens"].to_numpy(float), data["kv_held_tokens"].to_numpy(float)
@@ -118,7 +118,7 @@ def kv_memory(steps: pd.DataFrame, setup: dict) -> Figure:
 def batch_over_time(steps: pd.DataFrame, setup: dict) -> Figure:
     """Sequences per forward pass (left axis, with the max_num_seqs cap when it is in view) and
     requests waiting (right axis), over time."""
-    data = _bins(steps)
+    data = time_bins(steps)
     fig, (ax,) = _figure("Batch size over time", setup_title(setup))
     t = data["bin_end_s"].to_numpy()
     binned = "max_num_seqs_in_bin" in data
