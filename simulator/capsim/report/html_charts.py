@@ -38,7 +38,7 @@ def _slo_trace(text: str, x: list, y: list, j: int):
     annotations of add_hline/add_vline)."""
     import plotly.graph_objects as go
 
-    return go.Scatter(x=x, y=y, mode="lines", name=text, line=dict(color=SLO_COLOURS[j % 3], width=2, dash="dash"),
+    return go.Scatter(x=x, y=y, mode="lines", name=text, line=dict(color=SLO_COLOURS[j % 3], width=2.5, dash="dash"),
                       hoverinfo="name")
 
 
@@ -96,24 +96,31 @@ def latency_cdfs(requests: pd.DataFrame, itl: tuple[np.ndarray, np.ndarray] | No
 
 def kv_memory(steps: pd.DataFrame, setup: dict):
     """KV memory over time, stacked to the capacity: tokens stored, the waste band (slack in
-    paged blocks, or reserved-but-unused contiguous space) in red, and free."""
+    paged blocks, or reserved-but-unused contiguous space) in red, and free; under it the waste
+    alone on its own scale (a few percent of the capacity is a hairline on the first)."""
     go = require_plotly()
+    from plotly.subplots import make_subplots
+
     data = time_bins(steps, MAX_POINTS)
     t = data["bin_end_s"].to_numpy(float)
     stored, held = data["kv_stored_tokens"].to_numpy(float), data["kv_held_tokens"].to_numpy(float)
     capacity = float(setup["kv_capacity_tokens"])
     waste = "reserved but unused" if setup.get("allocator") == "contiguous" else "waste (slack in blocks)"
-    fig = go.Figure()
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.72, 0.28], vertical_spacing=0.08)
     for values, name, colour in ((stored, "tokens stored", "#1f77b4"), (np.maximum(held - stored, 0), waste, "#d62728"),
                                  (np.maximum(capacity - held, 0), "free", "#e5e5e5")):
         fig.add_trace(go.Scatter(x=t, y=values, name=name, stackgroup="kv", mode="lines", line=dict(width=0.5, shape="hv"),
                                  fillcolor=colour, marker=dict(color=colour),
-                                 hovertemplate=f"{name}: %{{y:,.0f}} tokens<extra></extra>"))
+                                 hovertemplate=f"{name}: %{{y:,.0f}} tokens<extra></extra>"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=t, y=np.maximum(held - stored, 0), name=f"{waste}, own scale", mode="lines",
+                             fill="tozeroy", line=dict(width=0.5, shape="hv", color="#d62728"), showlegend=False,
+                             hovertemplate=f"{waste}: %{{y:,.0f}} tokens<extra></extra>"), row=2, col=1)
     fig.add_hline(y=capacity, line=dict(color="black", width=1), annotation_text=f"capacity {capacity:,.0f} tokens",
-                  annotation_position="top left")
-    fig.update_xaxes(title_text="time (s)")
-    fig.update_yaxes(title_text="KV cache (tokens)", range=[0, capacity * 1.08], tickformat=",")
-    return _layout(fig, "KV-cache memory over time", hovermode="x unified")
+                  annotation_position="top left", row=1, col=1)
+    fig.update_xaxes(title_text="time (s)", row=2, col=1)
+    fig.update_yaxes(title_text="KV cache (tokens)", range=[0, capacity * 1.08], tickformat=",", row=1, col=1)
+    fig.update_yaxes(title_text=f"{waste.split(' (')[0]}<br>(tokens)", rangemode="tozero", tickformat=",", row=2, col=1)
+    return _layout(fig, "KV-cache memory over time", hovermode="x unified", height=560)
 
 
 def batch_over_time(steps: pd.DataFrame, setup: dict):

@@ -76,9 +76,9 @@ def run_page(result, objectives: Objectives | None = None, seeds: pd.DataFrame |
                 Section("Latency", charts=[charts.latency_cdfs(result.requests, gaps, objectives.lines())],
                         notes=_thinned(len(result.requests), "requests") + _thinned(len(gaps[0]), "inter-token gaps")),
                 Section("KV-cache memory", charts=[charts.kv_memory(steps, setup)],
-                        notes=_binned(steps) + ["The red band is memory held but not storing tokens: slack in the last "
-                                                "block of each sequence (paged), or space reserved but unused "
-                                                "(contiguous)."]),
+                        notes=_binned(steps) + ["Red: memory held but not storing tokens (slack in the last block of each "
+                                                "sequence when paged, space reserved but unused when contiguous); the "
+                                                "lower panel shows it on its own scale."]),
                 Section("Batch size", charts=[charts.batch_over_time(steps, setup)], notes=_binned(steps))]
     return page(f"capsim run: {setup['workload']}", setup_title(setup), sections, _footer(_provenance(result)))
 
