@@ -140,7 +140,8 @@ def batch_over_time(steps: pd.DataFrame, setup: dict):
     cap = setup.get("max_num_seqs")
     top = float(data.get("max_num_seqs_in_bin", data["num_seqs"]).max()) if len(data) else 1.0
     if cap is not None and cap <= 2 * top:
-        fig.add_hline(y=cap, line=dict(color="#1f77b4", dash="dash", width=1), annotation_text=f"max_num_seqs {cap}")
+        fig.add_hline(y=cap, line=dict(color="#1f77b4", dash="dash", width=1), annotation_text=f"max_num_seqs {cap}",
+                      annotation_position="top left")
     fig.update_xaxes(title_text="time (s)")
     fig.update_layout(yaxis=dict(title="sequences per forward pass", rangemode="tozero"),
                       yaxis2=dict(title="requests waiting", overlaying="y", side="right", rangemode="tozero",
@@ -212,7 +213,7 @@ def compare_bars(frame: pd.DataFrame, axes_names: list[str]):
         values = pd.to_numeric(ok[key], errors="coerce") if key in ok else pd.Series([np.nan] * len(ok))
         fig.add_trace(go.Bar(y=names, x=values, orientation="h", name=name, showlegend=False,
                              marker_color=[f"hsl({(i * 67) % 360},55%,50%)" for i in range(len(ok))],
-                             text=[("n/a" if pd.isna(v) else f"{v:,.3g}") for v in values], textposition="auto"),
+                             text=[_short(v) for v in values], textposition="auto"),
                       row=1, col=col)
         if values.isna().all():
             fig.add_annotation(text="n/a: no price<br>(give --price-per-hour)" if key.startswith("usd") else "n/a",
@@ -220,6 +221,13 @@ def compare_bars(frame: pd.DataFrame, axes_names: list[str]):
                                yref=f"y{col if col > 1 else ''} domain", showarrow=False)
     fig.update_yaxes(autorange="reversed")
     return _layout(fig, "Comparison: " + " x ".join(axes_names or ["set-up"]), height=180 + 40 * len(ok))
+
+
+def _short(value: float) -> str:
+    """A bar's label: three significant figures, thousands written out ('1,298', '0.432')."""
+    if pd.isna(value):
+        return "n/a"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def pareto_front(frame: pd.DataFrame, x: str, y: str, label: str, x_title: str, y_title: str,

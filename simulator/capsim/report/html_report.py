@@ -66,7 +66,8 @@ def run_page(result, objectives: Objectives | None = None, seeds: pd.DataFrame |
         [("ok: " if c["met"] else "MISSED: ") + c["text"] for c in v["checks"]]
         + [f"Cost: {v['cost']}", f"Binding limit: {BINDING.get(v['binding'], v['binding'])}: {v['evidence']}"]
         + [f"Next: {step}" for step in v["next_steps"]]))
-    results = Section("Results", _latency_table(s) + f"<details><summary>vLLM's result block</summary>"
+    results = Section("Results" if seeds is None else f"Results of the first seed's run (seed {setup.get('seed')})",
+                      _latency_table(s) + f"<details><summary>vLLM's result block</summary>"
                       f"<pre>{text(result_block(s))}</pre></details>")
     if seeds is not None:
         results.html += "<h3>Over seeds (mean ± 95% interval)</h3>" + view_table(seeds_view(seeds))
@@ -87,12 +88,20 @@ def _latency_table(s: dict) -> str:
     stats = ["mean", "median"] + [f"p{q}" for q in s.get("percentiles", ["90", "99"]) if q != "50"]
     head = "".join(f"<th>{text(st)}</th>" for st in stats)
     rows = "".join(f'<tr><th class="text">{name} (ms)</th>' + "".join(
-        f"<td>{s[f'{st}_{m}_ms']:,.1f}</td>" for st in stats) + "</tr>" for m, name in charts.LATENCIES)
+        f"<td>{_ms(s[f'{st}_{m}_ms'])}</td>" for st in stats) + "</tr>" for m, name in charts.LATENCIES)
     lines = [("completed requests", f"{s['completed']:,}"), ("request throughput", f"{s['request_throughput']:,.2f} req/s"),
              ("output throughput", f"{s['output_throughput']:,.0f} tok/s")]
     if "request_goodput" in s:
         lines.append(("goodput", f"{s['request_goodput']:,.2f} req/s ({100 * s['good_share']:.1f}% of requests)"))
     return key_values(lines) + f'<h3>Latency</h3><div class="wide"><table><tr><th></th>{head}</tr>{rows}</table></div>'
+
+
+def _ms(value: float) -> str:
+    """A latency cell: one decimal, or three significant figures under 1 ms (a unit-test model's
+    0.047 ms is not '0.0')."""
+    if value is None or value != value:  # no completed request: no latency
+        return "n/a"
+    return f"{value:,.1f}" if abs(value) >= 1 or value == 0 else f"{value:.3g}"
 
 
 def _itl(result) -> tuple[np.ndarray, np.ndarray]:
