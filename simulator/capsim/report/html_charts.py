@@ -185,6 +185,13 @@ def latency_vs_load(frame: pd.DataFrame, over: str, slo_lines: list | None = Non
     if over == "rate_per_s":
         fig.add_trace(go.Scatter(x=[0, x.max()], y=[0, x.max()], mode="lines", name="offered = served",
                                  line=dict(color="grey", dash="dot", width=1)), row=1, col=3)
+    if "slo_met" in frame:  # ring the points that miss an SLO, as the PNG figure does
+        miss = frame[~frame["slo_met"].astype(bool)]
+        for col, y in ((1, "p99_ttft_ms"), (2, "p99_tpot_ms"), (3, "request_throughput")):
+            fig.add_trace(go.Scatter(x=miss[over], y=miss[y], mode="markers", name="point misses an SLO",
+                                     legendgroup="miss", showlegend=col == 1 and len(miss) > 0,
+                                     marker=dict(size=16, color="rgba(0,0,0,0)", line=dict(color="#d62728", width=2))),
+                          row=1, col=col)
     marks = [(knee(frame, over), "knee", "dot", "bottom right"), (capacity, "capacity", "dashdot", "top right")]
     for value, name, dash, where in marks:
         if value is None:
