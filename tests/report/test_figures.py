@@ -5,9 +5,12 @@ import pytest
 from capsim.reference.curves import batch_curves
 from capsim.errors import CapsimError
 from capsim.report.run_figures import (
+    GANTT_MAX_REQUESTS,
+    SLIDE_FONTS,
     batch_over_time,
     kv_memory,
     latency_cdfs,
+    plot_run,
     plot_run_dir,
     save,
     setup_title,
@@ -15,6 +18,7 @@ from capsim.report.run_figures import (
     slot_intervals,
 )
 from capsim.report.planning_figures import batch_figure, compare_figure, latency_vs_load, plot_saved
+from capsim.report.planning_figures import plot_result as plot_saved_result
 from capsim.api import simulate
 from capsim.results.slo import Objectives
 from capsim.planning.sweep import compare, sweep
@@ -85,8 +89,13 @@ def test_kv_memory_stacks_stored_slack_and_free(round_gpu_file, allocator, slack
     ax = fig.axes[0]
     capacity = run.summary["setup"]["kv_capacity_tokens"]
     assert labels(ax) == ["tokens stored", slack, "free", f"capacity {capacity:,} tokens"]
-    assert ax.get_xlabel() == "time (s)" and ax.get_ylabel() == "KV cache (tokens)"
+    assert ax.get_ylabel() == "KV cache (tokens)"
     assert f"{100 * run.summary['kv_utilisation']:.1f}%" in ax.get_title()
+    # the waste band again on its own scale, so that a few percent of the capacity is visible
+    low = fig.axes[1]
+    assert low.get_xlabel() == "time (s)" and low.get_title().startswith(f"{slack}: ")
+    waste = (run.steps["kv_held_tokens"] - run.steps["kv_stored_tokens"]).max()
+    assert waste > 0 and waste <= low.get_ylim()[1] <= 1.2 * waste
 
 
 def test_batch_over_time_bins_long_runs(round_gpu_file):
@@ -155,3 +164,43 @@ def test_plot_saved_compare_and_capacity_from_their_files(priced_gpu_file, tmp_p
     assert [p.name for p in paths] == ["capacity_search.png", "capacity_search.svg"]
     with pytest.raises(CapsimError, match="nothing to plot"):
         plot_saved(tmp_path / "figs")
+
+
+def test_slot_gantt_only_for_runs_small_enough_to_read(round_gpu_file, tmp_path):
+    run = simulate(workload(round_gpu_file, requests=GANTT_MAX_REQUESTS + 10))
+    names = {p.name for p in plot_run(run.summary, run.requests, run.steps, tmp_path)}
+    assert names == {f"{s}.{e}" for s in ("latency_cdf", "kv_memory", "batch_size") for e in ("png", "svg")}
+
+
+def test_saved_figures_have_slide_sized_text(static_run, tmp_path):
+    fig = latency_cdfs(static_run.requests, static_run.summary["setup"], [("ttft", 1.0, "limit")])
+    save(fig, tmp_path, "cdf")
+    ax = fig.axes[0]
+    assert ax.xaxis.label.get_fontsize() == SLIDE_FONTS["label"] >= 12
+    assert ax.get_xticklabels()[0].get_fontsize() == SLIDE_FONTS["ticks"]
+    assert {t.get_fontsize() for t in ax.get_legend().get_texts()} == {SLIDE_FONTS["legend"]}
+
+
+def test_capacity_figures_are_named_by_set_up(priced_gpu_file, tmp_path):
+    from capsim.planning.capacity import capacity
+
+    res = capacity(unit_workload(priced_gpu_file, requests=40), Objectives({"p99_ttft_ms": 100.0}), tolerance=0.5,
+                   workers=1, kv_cache=["fp16", "q8_0"])
+    paths = plot_saved_result(res, tmp_path)
+    assert [p.name for p in paths] == ["capacity_search_fp16.png", "capacity_search_fp16.svg",
+                                       "capacity_search_q8_0.png", "capacity_search_q8_0.svg"]
+
+
+def test_slo_lines_are_kept_on_redraws_from_summary_json(run_cli, round_gpu_file, tmp_path):
+    from helpers import write_workload
+
+    w = unit_workload(round_gpu_file, requests=30, slo={"goodput": {"ttft_ms": 900, "tpot_ms": 70}})
+    wfile = write_workload(tmp_path / "w.yaml", w)
+    assert run_cli("run", wfile, "--out", tmp_path / "run", "--slo", "ttft_p99_ms=800")[0] == 0
+    assert run_cli("plot", tmp_path / "run")[0] == 0
+    svg = (tmp_path / "run" / "plots" / "latency_cdf.svg").read_text()
+    assert "limit: TTFT p99 &lt;= 800 ms" in svg  # the objectives the run was judged by, from summary.json
+    assert run_cli("run", wfile, "--out", tmp_path / "run2")[0] == 0
+    assert run_cli("plot", tmp_path / "run2")[0] == 0
+    svg = (tmp_path / "run2" / "plots" / "latency_cdf.svg").read_text()
+    assert "goodput: TTFT &lt;= 900 ms" in svg and "goodput: TPOT &lt;= 70 ms" in svg

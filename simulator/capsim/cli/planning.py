@@ -10,6 +10,7 @@ import typer
 from capsim.cli.common import (DaskOpt, FormatOpt, OutOpt, PlotsOpt, PriceOpt, ShareOpt, SloOpt, TableFormat, WorkersOpt,
                                _dask_warning, _emit, _figures, _goals, _outputs, _prices, _progress, _wrote,
                                finite_float, out)
+from capsim.cli.report_option import ReportOpt, check_report, write_report
 from capsim.errors import CapsimError
 
 
@@ -30,7 +31,7 @@ def compare(
     at_capacity: Annotated[bool, typer.Option("--at-capacity", help="each row at its own capacity under the SLOs "
                                               "(a capacity search each) instead of at the workload's load")] = False,
     workers: WorkersOpt = None, dask_scheduler: DaskOpt = None,
-    fmt: FormatOpt = TableFormat.table, out_dir: OutOpt = None, plots: PlotsOpt = None,
+    fmt: FormatOpt = TableFormat.table, out_dir: OutOpt = None, plots: PlotsOpt = None, report: ReportOpt = None,
 ) -> None:
     """Which set-up serves this traffic best: one row per combination of the repeated options,
     each at the same offered load (or with --at-capacity at its own capacity within the SLOs):
@@ -43,6 +44,7 @@ def compare(
                                   allocator=allocator).items() if v}
     goals, prices = _goals(workload, slo, goodput_share), _prices(price_per_hour)
     outputs = _outputs("compare", out_dir, plots)
+    check_report(report)
     _dask_warning(dask_scheduler)
     with _progress("compare") as tick:
         if at_capacity:
@@ -60,6 +62,7 @@ def compare(
                               **grid)
     _emit(res.frame, title("Compare", res.frame), compare_view(res.frame, res.axes), fmt, {"axes": res.axes})
     _wrote(outputs.save(res.write, _figures(res)))
+    _wrote(write_report(report, res))
 
 
 def sweep(
@@ -78,7 +81,7 @@ def sweep(
     slo: SloOpt = None, goodput_share: ShareOpt = None, price_per_hour: PriceOpt = None,
     seeds: Annotated[int, typer.Option(help="repeat each point with N seeds: mean ± 95% interval")] = 1,
     workers: WorkersOpt = None, dask_scheduler: DaskOpt = None,
-    fmt: FormatOpt = TableFormat.table, out_dir: OutOpt = None, plots: PlotsOpt = None,
+    fmt: FormatOpt = TableFormat.table, out_dir: OutOpt = None, plots: PlotsOpt = None, report: ReportOpt = None,
 ) -> None:
     """Latency against load: one simulation per request rate (or number of closed-loop users)."""
     from capsim.planning.sweep import parse_range
@@ -92,6 +95,7 @@ def sweep(
     counts = None if users is None else parse_range(users, "--users", integer=True)
     goals, prices = _goals(workload, slo, goodput_share), _prices(price_per_hour)
     outputs = _outputs("sweep", out_dir, plots or out_dir)
+    check_report(report)
     _dask_warning(dask_scheduler)
     with _progress("sweep") as tick:
         res = run_sweep(workload, rates=rates, users=counts, think_time_s=think_time, seeds=seeds, objectives=goals,
@@ -100,6 +104,7 @@ def sweep(
     _emit(res.frame, title("Sweep", res.frame), sweep_view(res.frame, res.over), fmt,
           {"over": res.over, "objectives": goals.as_dict()})
     _wrote(outputs.save(res.write, _figures(res)))
+    _wrote(write_report(report, res))
 
 
 def capacity(
@@ -121,7 +126,7 @@ def capacity(
     seed: Annotated[Optional[int], typer.Option(help="random seed")] = None,
     goodput_share: ShareOpt = None, price_per_hour: PriceOpt = None,
     workers: WorkersOpt = None, dask_scheduler: DaskOpt = None,
-    fmt: FormatOpt = TableFormat.table, out_dir: OutOpt = None, plots: PlotsOpt = None,
+    fmt: FormatOpt = TableFormat.table, out_dir: OutOpt = None, plots: PlotsOpt = None, report: ReportOpt = None,
     show_points: Annotated[bool, typer.Option(help="also print every searched point")] = False,
 ) -> None:
     """The highest request rate (or users) meeting every SLO, by a bracketing search, with the
@@ -132,6 +137,7 @@ def capacity(
     grid = {k: v for k, v in dict(gpu=gpu, kv_cache=kv_cache, weights=weights).items() if v}
     goals, prices = _goals(workload, slo, goodput_share), _prices(price_per_hour)
     outputs = _outputs("capacity", out_dir, plots)
+    check_report(report)
     _dask_warning(dask_scheduler)
     with _progress("capacity search") as tick:
         res = run_capacity(workload, goals, users=users, start=start, tolerance=tolerance, points_per_round=points_per_round,
@@ -143,3 +149,4 @@ def capacity(
     if show_points and fmt is TableFormat.table:
         out.print(rich("Searched points", points_view(res.points, res.over)))
     _wrote(outputs.save(res.write, _figures(res)))
+    _wrote(write_report(report, res))

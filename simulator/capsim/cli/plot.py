@@ -16,8 +16,10 @@ def plot(
                                                     "replaced whole)")] = None,
     slo: SloOpt = None,
 ) -> None:
-    """Redraw the figures of a saved run (latency CDFs, KV memory, batch size, slot Gantt) or of a
-    saved sweep, compare or capacity search, from its CSV/JSON files alone."""
+    """Redraw the figures of a saved run (latency CDFs, KV memory with its waste band, batch size,
+    and for runs of at most 200 requests the slot Gantt) or of a saved sweep, compare or capacity
+    search, from its CSV/JSON files alone. SLO lines: --slo if given, else the objectives the run
+    was judged by (saved in summary.json, sweep.json, capacity.json)."""
     from capsim.report.planning_figures import plot_saved
     from capsim.results.slo import parse_objectives
 

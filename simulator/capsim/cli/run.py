@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.text import Text
 
+from capsim.cli.report_option import ReportOpt, check_report, write_report
 from capsim.cli.common import (DaskOpt, PercentilesOpt, PlotsOpt, PriceOpt, ShareOpt, SloOpt, WorkersOpt, _dask_warning,
                                _goals, _outputs, _prices, _progress, _wrote, err, finite_float, out)
 
@@ -46,6 +47,7 @@ def run(
     slo: SloOpt = None, goodput_share: ShareOpt = None, price_per_hour: PriceOpt = None,
     percentiles: PercentilesOpt = None,
     plots: PlotsOpt = None,
+    report: ReportOpt = None,
     seeds: Annotated[Optional[int], typer.Option(help="repeat with N seeds (seed, seed+1, ...): mean ± 95% interval")] = None,
     workers: WorkersOpt = None,
     dask_scheduler: DaskOpt = None,
@@ -63,9 +65,10 @@ def run(
                      engine=engine, tp=tp)
     goals, prices, qs = _goals(workload, slo, goodput_share), _prices(price_per_hour), parse_percentiles(percentiles)
     outputs = _outputs("run", out_dir, plots)
+    check_report(report)
     if seeds is not None:
         return _run_seeds(workload, seeds, overrides, workers, dask_scheduler, outputs, as_json, step_by_step,
-                          goals, prices, qs)
+                          goals, prices, qs, report)
     with _run_progress(workload) as tick:
         result = simulate(workload, macro_steps=not step_by_step, progress=tick, objectives=goals, percentiles=qs,
                           price=prices, **overrides)
@@ -79,6 +82,7 @@ def run(
 
         print(explain_run(result))
     _wrote(outputs.save(result.write, lambda folder: _run_figures(result, folder, goals)))
+    _wrote(write_report(report, result, goals))
 
 
 def _print_result(result) -> None:
@@ -111,7 +115,7 @@ def _notices(summary: dict) -> None:
 
 
 def _run_seeds(workload, seeds, overrides, workers, dask_scheduler, outputs, as_json, step_by_step,
-               goals, prices, qs) -> None:
+               goals, prices, qs, report=None) -> None:
     from capsim.planning.seeds import run_seeds
     from capsim.report.planning_tables import frame_json, rich, seeds_view
 
@@ -127,6 +131,7 @@ def _run_seeds(workload, seeds, overrides, workers, dask_scheduler, outputs, as_
         out.print(rich(f"{st['workload']}: {st['model']} on {st['gpu']}, {seeds} seeds", seeds_view(res.table)))
     _wrote(outputs.save(lambda folder: res.first.write(folder) + res.write(folder),
                         lambda folder: _run_figures(res.first, folder, goals)))
+    _wrote(write_report(report, res, goals))
 
 
 

@@ -7,6 +7,7 @@ Each reads the frame the planning function returned (or its saved CSV) and retur
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from capsim.report.run_figures import plot_run_dir, read_csv, read_json
 from capsim.results.slo import from_dict
 
 NOTE_BATCHES = (1, 8, 16, 26, 32, 64)
+SETUP_COLUMNS = ("model", "gpu", "tp", "weights", "kv_cache", "scheduler", "allocator", "replicas")
 
 
 def batch_figure(curves: pd.DataFrame) -> Figure:
@@ -144,16 +146,31 @@ def plot_sweep(frame: pd.DataFrame, over: str, objectives: Objectives, out_dir: 
 
 def plot_capacity(frame: pd.DataFrame, points: pd.DataFrame, over: str, objectives: Objectives,
                   out_dir: Path) -> list[Path]:
-    """capacity_search[_N].png/.svg: every searched point, one figure per set-up."""
+    """capacity_search[_SETUP].png/.svg: every searched point, one figure per set-up, named by
+    what sets it apart (capacity_search_h100-sxm_fp8)."""
     paths = []
+    names = setup_stems(frame)
     for n, mine in points.groupby("combination", sort=True):
         answer = frame[frame["combination"] == n].iloc[0]
         cap = None if pd.isna(answer[f"capacity_{over}"]) else float(answer[f"capacity_{over}"])
         searched = mine[mine["role"].astype(str).str.startswith("round")]
-        stem = "capacity_search" if len(frame) == 1 else f"capacity_search_{n}"
+        stem = "capacity_search" if len(frame) == 1 else f"capacity_search_{names[n]}"
         fig = latency_vs_load(searched, over, objectives.lines(), capacity=cap, title="Capacity search: every point tried")
         paths += save(fig, out_dir, stem)
     return paths
+
+
+def setup_stems(frame: pd.DataFrame) -> dict:
+    """combination -> a file-name part from the set-up columns whose values differ between the
+    frame's rows ('h100-sxm_fp8'); a profile file counts by its name, and the combination number
+    is added only where two rows would otherwise share a name."""
+    varying = [c for c in SETUP_COLUMNS if c in frame and frame[c].astype(str).nunique() > 1]
+    stems = {}
+    for row in frame.to_dict("records"):
+        parts = [Path(str(row[c])).stem if str(row[c]).endswith((".yaml", ".yml")) else str(row[c]) for c in varying]
+        stems[row["combination"]] = re.sub(r"[^A-Za-z0-9._+-]+", "-", "_".join(parts)).strip("-") or str(row["combination"])
+    seen = pd.Series(list(stems.values())).value_counts()
+    return {n: f"{stem}_{n}" if seen[stem] > 1 else stem for n, stem in stems.items()}
 
 
 def plot_result(result: SweepResult | CompareResult | CapacityResult, out_dir: Path) -> list[Path]:

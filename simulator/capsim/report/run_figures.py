@@ -20,6 +20,8 @@ from capsim.errors import CapsimError
 
 MAX_POINTS = 2000  # time series longer than this are drawn as time-binned means (and maxima)
 LABELLED_REQUESTS = 40  # Gantt bars carry request ids up to this many requests
+GANTT_MAX_REQUESTS = 200  # above this many scheduled requests the slot Gantt is a smear of colours: not drawn
+SLIDE_FONTS = {"suptitle": 14, "title": 12, "label": 13, "ticks": 11, "legend": 10}  # points, for a slide
 thousands = FuncFormatter(lambda v, _: f"{v:,.0f}")
 
 
@@ -39,11 +41,28 @@ def save(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     png, svg = out_dir / f"{stem}.png", out_dir / f"{stem}.svg"
+    slide_sized(fig)
     fig.draw_without_rendering()  # lay out once, then keep it for both files (half the time)
     fig.set_layout_engine("none")
-    fig.savefig(png, dpi=130)
+    fig.savefig(png, dpi=150)
     fig.savefig(svg, metadata={"Date": None})
     return [png, svg]
+
+
+def slide_sized(fig: Figure) -> Figure:
+    """Titles, axis labels, ticks and legends at sizes that read on a projected slide
+    (SLIDE_FONTS); text written on the data (bar values, request ids) keeps its size."""
+    if fig._suptitle is not None:
+        fig._suptitle.set_fontsize(SLIDE_FONTS["suptitle"])
+    for ax in fig.axes:
+        ax.title.set_fontsize(SLIDE_FONTS["title"])
+        ax.xaxis.label.set_fontsize(SLIDE_FONTS["label"])
+        ax.yaxis.label.set_fontsize(SLIDE_FONTS["label"])
+        ax.tick_params(labelsize=SLIDE_FONTS["ticks"])
+        legend = ax.get_legend()
+        for text in legend.get_texts() if legend is not None else []:
+            text.set_fontsize(SLIDE_FONTS["legend"])
+    return fig
 
 
 def _figure(title: str, subtitle: str, ncols: int = 1, width: float = 10.0, height: float = 5.0):
@@ -76,7 +95,7 @@ def latency_cdfs(requests: pd.DataFrame, setup: dict, slo_lines: list | None = N
     return fig
 
 
-def _bins(steps: pd.DataFrame, n: int = MAX_POINTS) -> pd.DataFrame:
+def time_bins(steps: pd.DataFrame, n: int = MAX_POINTS) -> pd.DataFrame:
     """Steps grouped into at most n time bins: duration-weighted means and maxima per bin."""
     if len(steps) <= n:
         return steps.assign(bin_end_s=steps["end_s"])
@@ -94,31 +113,45 @@ def _bins(steps: pd.DataFrame, n: int = MAX_POINTS) -> pd.DataFrame:
 
 def kv_memory(steps: pd.DataFrame, setup: dict) -> Figure:
     """KV memory over time, stacked: tokens stored, internal waste (paged: slack in last blocks)
-    or reserved-but-unused (contiguous), and free, up to the KV capacity."""
-    data = _bins(steps)
+    or reserved-but-unused (contiguous), and free, up to the KV capacity; under it the waste
+    alone on its own scale, since a few percent of the capacity is a hairline on the first."""
+    data = time_bins(steps)
     capacity = float(setup["kv_capacity_tokens"])
     t = data["bin_end_s"].to_numpy()
     stored, held = data["kv_stored_tokens"].to_numpy(float), data["kv_held_tokens"].to_numpy(float)
+    waste = np.maximum(held - stored, 0)
     slack = "reserved but unused" if setup["allocator"] == "contiguous" else "internal waste (slack in blocks)"
-    fig, (ax,) = _figure("KV-cache memory over time", setup_title(setup))
-    ax.stackplot(t, stored, np.maximum(held - stored, 0), np.maximum(capacity - held, 0),
+    fig = Figure(figsize=(10.0, 6.5), layout="constrained")
+    ax, low = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    fig.suptitle(f"KV-cache memory over time\n{setup_title(setup)}", fontsize=11)
+    ax.stackplot(t, stored, waste, np.maximum(capacity - held, 0),
                  labels=["tokens stored", slack, "free"], colors=["C0", "C3", "0.88"], step="post")
     ax.axhline(capacity, color="k", linewidth=1, label=f"capacity {capacity:,.0f} tokens")
     binned = " (time-binned means)" if len(data) < len(steps) else ""
-    ax.set(xlabel="time (s)", ylabel=f"KV cache (tokens){binned}", xlim=(t[0] if len(t) else 0, t[-1] if len(t) else 1),
-           ylim=(0, capacity * 1.05))
+    xlim = (t[0] if len(t) else 0, t[-1] if len(t) else 1)
+    ax.set(ylabel=f"KV cache (tokens){binned}", xlim=xlim, ylim=(0, capacity * 1.05))
     ax.yaxis.set_major_formatter(thousands)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
-    used = float((steps["kv_held_tokens"] * steps["duration_s"]).sum() / steps["duration_s"].sum()) if len(steps) else 0
-    store = float((steps["kv_stored_tokens"] * steps["duration_s"]).sum() / steps["duration_s"].sum()) if len(steps) else 0
+    used, store = (_time_mean(steps, c) for c in ("kv_held_tokens", "kv_stored_tokens"))
     ax.set_title(f"held memory storing tokens: {100 * store / used if used else 0:.1f}% (time-weighted)", fontsize=9)
+    low.fill_between(t, 0, waste, step="post", color="C3", linewidth=0)
+    low.set(xlabel="time (s)", ylabel=f"{'reserved unused' if setup['allocator'] == 'contiguous' else 'waste'}\n(tokens)",
+            ylim=(0, max(float(waste.max()) if len(waste) else 0, 1) * 1.15), xlim=xlim)
+    low.set_title(f"{slack}: {100 * (used - store) / used if used else 0:.1f}% of held memory, on its own scale",
+                  fontsize=9)
+    low.yaxis.set_major_formatter(thousands)
     return fig
+
+
+def _time_mean(steps: pd.DataFrame, column: str) -> float:
+    """A step column's duration-weighted mean (0 for an empty run)."""
+    return float((steps[column] * steps["duration_s"]).sum() / steps["duration_s"].sum()) if len(steps) else 0.0
 
 
 def batch_over_time(steps: pd.DataFrame, setup: dict) -> Figure:
     """Sequences per forward pass (left axis, with the max_num_seqs cap when it is in view) and
     requests waiting (right axis), over time."""
-    data = _bins(steps)
+    data = time_bins(steps)
     fig, (ax,) = _figure("Batch size over time", setup_title(setup))
     t = data["bin_end_s"].to_numpy()
     binned = "max_num_seqs_in_bin" in data
@@ -166,6 +199,12 @@ def slot_intervals(requests: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     return ran.reset_index(drop=True)
 
 
+def gantt_readable(requests: pd.DataFrame) -> bool:
+    """Whether the slot Gantt of this run can be read: at most GANTT_MAX_REQUESTS requests were
+    scheduled (beyond that the bars are slivers; the batch-size figure tells the story)."""
+    return int(requests["first_scheduled_s"].notna().sum()) <= GANTT_MAX_REQUESTS
+
+
 def slot_gantt(requests: pd.DataFrame, steps: pd.DataFrame, setup: dict) -> Figure:
     """The explainer's picture: one lane per slot, one bar per request across the steps it held
     the slot; request ids are written on the bars up to 40 requests, preempted ones hatched."""
@@ -200,10 +239,13 @@ def slot_gantt(requests: pd.DataFrame, steps: pd.DataFrame, setup: dict) -> Figu
 
 def plot_run(summary: dict, requests: pd.DataFrame, steps: pd.DataFrame, out_dir: Path,
              slo_lines: list | None = None) -> list[Path]:
-    """Every run figure (latency CDFs, KV memory, batch size, slot Gantt) as PNG + SVG."""
+    """Every run figure (latency CDFs, KV memory, batch size, and for runs of at most
+    GANTT_MAX_REQUESTS scheduled requests the slot Gantt) as PNG + SVG."""
     setup = summary["setup"]
     figures = {"latency_cdf": latency_cdfs(requests, setup, slo_lines), "kv_memory": kv_memory(steps, setup),
-               "batch_size": batch_over_time(steps, setup), "slot_gantt": slot_gantt(requests, steps, setup)}
+               "batch_size": batch_over_time(steps, setup)}
+    if gantt_readable(requests):
+        figures["slot_gantt"] = slot_gantt(requests, steps, setup)
     return [p for stem, fig in figures.items() for p in save(fig, out_dir, stem)]
 
 
