@@ -267,6 +267,14 @@ def test_every_problem_is_listed_at_once_each_on_its_own_line(tmp_path):
     assert "arrivals 'all_at_once' sends 'requests' requests at once" in err
 
 
+def test_unknown_names_are_listed_together(tmp_path):
+    path = write(tmp_path, BASE.replace("llama-3.1-8b", "lama-3.1-8b").replace("rtx4090", "rtx4909"))
+    clean_error(run_main("run", path), f"{path}: field 'model': unknown model 'lama-3.1-8b'. Did you mean: llama-3.1-8b",
+                f"{path}: field 'gpu': unknown GPU 'rtx4909'. Did you mean: rtx4090", problems=2)
+    # A name given on the command line replaces the file's, so only the model is left to report.
+    clean_error(run_main("run", path, "--gpu", "h100"), "field 'model': unknown model", problems=1)
+
+
 def test_meaningless_numbers_are_refused_with_their_range(tmp_path):
     clean_error(run_main("run", edited(tmp_path, arrivals="{kind: all_at_once, at_s: 1e308}")), "arrivals.at_s",
                 "less than or equal to 100000000")

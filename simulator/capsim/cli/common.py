@@ -265,6 +265,7 @@ def workload_for(path: Path | None, setup: dict, slo: list[str] | None = None, s
     `grid` option is left to the command (its first value stands in the composed config)."""
     from capsim.api import OVERRIDABLE
     from capsim.workload.flags import compose
+    from capsim.workload.names import check_names
 
     given = {k: v for k, v in setup.items() if v is not None and v != []}
     if load is not None:  # a command that varies the load applies the think time to each point itself
@@ -275,6 +276,7 @@ def workload_for(path: Path | None, setup: dict, slo: list[str] | None = None, s
     overrides = {k: v for k, v in single.items() if k in OVERRIDABLE and k not in grid}
     axes = {k: v for k, v in given.items() if k in grid}
     if path is not None and not new and not hf_model:
+        _check_names(path, overrides, tuple(axes))
         return Workload(path, overrides, path.name, axes)
     base, source = None, "the command-line workload"
     if path is not None:
@@ -292,11 +294,23 @@ def workload_for(path: Path | None, setup: dict, slo: list[str] | None = None, s
         single["model"] = model_from_hf_config(Path(single["model"]))
     slo_block = _slo_block(slo, share, base)
     w = compose(base, single, source, load, slo_block)
+    check_names(w, source, tuple(axes))
     # Everything is in the config now; only --requests stays an override, as the planning commands
     # read a given request count as "keep this length" (capacity probes otherwise size their own).
     # A composed config holds each option given once, so only options repeated are varied.
     return Workload(w, {k: v for k, v in overrides.items() if k == "requests"}, w.name or "command-line",
                     {k: v for k, v in axes.items() if len(v) > 1})
+
+
+def _check_names(path: Path, overrides: dict, skip: tuple[str, ...]) -> None:
+    """Every unknown name in a file (with its overrides) reported at once, before anything runs."""
+    from capsim.api import apply_overrides, load_workload
+    from capsim.errors import short_path
+    from capsim.workload.names import check_names
+
+    w = load_workload(path)
+    source = short_path(path)
+    check_names(apply_overrides(w, source, **overrides) if overrides else w, source, skip)
 
 
 def _slo_block(slo: list[str] | None, share: float | None, base: dict | None) -> dict | None:
