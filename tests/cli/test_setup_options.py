@@ -122,3 +122,9 @@ def test_a_hugging_face_config_as_the_model():
     assert json.loads(out)["setup"]["model"] == "qwen3-30b-a3b"
     code, _, err = run_main("models", "--from", REPO / "workloads" / "chat.yaml")
     assert code == 2 and "cannot read it as a Hugging Face config.json" in err
+
+
+def test_a_config_json_is_not_one_of_several_compared_models():
+    config = REPO / "tests/data/hf_configs/qwen3-8b.json"
+    code, _, err = run_main("compare", REPO / "workloads/chat.yaml", "--model", config, "--model", "llama-3.1-8b")
+    assert code == 2 and "can be the one model of a comparison, not one of several" in err

@@ -21,6 +21,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from capsim.errors import CapsimError
+
 # Off a terminal Rich would wrap everything at 80 columns, splitting a table's names and numbers
 # over lines; piped or redirected, a table prints at its natural width instead, one row a line.
 _PIPE_WIDTH = 10_000
@@ -275,6 +277,10 @@ def workload_for(path: Path | None, setup: dict, slo: list[str] | None = None, s
     new = [o.name for o in SETUP_OPTIONS if o.new and o.name in given]
     overrides = {k: v for k, v in single.items() if k in OVERRIDABLE and k not in grid}
     axes = {k: v for k, v in given.items() if k in grid}
+    if len(axes.get("model", ())) > 1 and any(str(m).endswith(".json") for m in axes["model"]):
+        # The planning tables label a compared model by the name given, which a spec object is not.
+        raise CapsimError("--model: a Hugging Face config.json can be the one model of a comparison, not one of "
+                          "several; compare catalogue names, or run each config on its own.")
     if path is not None and not new and not hf_model:
         _check_names(path, overrides, tuple(axes))
         return Workload(path, overrides, path.name, axes)
@@ -289,9 +295,7 @@ def workload_for(path: Path | None, setup: dict, slo: list[str] | None = None, s
     elif "name" not in single:
         single["name"] = "command-line"
     if hf_model:
-        from capsim.spec.hf_config import model_from_hf_config
-
-        single["model"] = model_from_hf_config(Path(single["model"]))
+        single["model"] = _model(single["model"])
     slo_block = _slo_block(slo, share, base)
     w = compose(base, single, source, load, slo_block)
     check_names(w, source, tuple(axes))
@@ -300,6 +304,15 @@ def workload_for(path: Path | None, setup: dict, slo: list[str] | None = None, s
     # A composed config holds each option given once, so only options repeated are varied.
     return Workload(w, {k: v for k, v in overrides.items() if k == "requests"}, w.name or "command-line",
                     {k: v for k, v in axes.items() if len(v) > 1})
+
+
+def _model(name: str):
+    """A --model value: a catalogue name as given, or the spec a Hugging Face config.json describes."""
+    if not str(name).endswith(".json"):
+        return name
+    from capsim.spec.hf_config import model_from_hf_config
+
+    return model_from_hf_config(Path(name))
 
 
 def _check_names(path: Path, overrides: dict, skip: tuple[str, ...]) -> None:
