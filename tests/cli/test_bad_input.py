@@ -33,14 +33,15 @@ def edited(tmp_path, **lines) -> str:
     return str(write(tmp_path, "".join(f"{k}: {v}\n" for k, v in data.items() if v is not None)))
 
 
-def clean_error(result, *fragments: str, warnings: int = 0) -> str:
-    """The error line (after `warnings` warning lines), checked: exit 2, one line under 1 KB."""
+def clean_error(result, *fragments: str, warnings: int = 0, problems: int = 1) -> str:
+    """The error (after `warnings` warning lines), checked: exit 2, one line under 1 KB per problem."""
     code, out, err = result
     assert code == 2 and "Traceback" not in err, err
     lines = err.strip().split("\n")
-    assert len(lines) == warnings + 1 and all(w.startswith("warning: ") for w in lines[:warnings]), err
-    err = lines[-1]
-    assert err.startswith("error: ") and len(err.encode()) < 1024, err
+    assert len(lines) == warnings + problems and all(w.startswith("warning: ") for w in lines[:warnings]), err
+    assert all(len(line.encode()) < 1024 for line in lines[warnings:]), err
+    err = "\n".join(lines[warnings:])
+    assert err.startswith("error: "), err
     for fragment in fragments:
         assert fragment in err, (fragment, err)
     return err
@@ -239,9 +240,39 @@ def test_misspelled_keys_get_a_suggestion(tmp_path):
     clean_error(run_main("run", write(tmp_path, BASE.replace("requests:", "reqests:"))), "field 'reqests'",
                 "Did you mean: requests?")
     nested = BASE.replace("rate_per_s", "rate_pr_s")
-    clean_error(run_main("run", write(tmp_path, nested)), "field 'arrivals.rate_pr_s'", "Did you mean: rate_per_s?")
+    clean_error(run_main("run", write(tmp_path, nested)), "field 'arrivals.rate_pr_s'", "Did you mean: rate_per_s?",
+                "field 'arrivals.rate_per_s': required field is missing", problems=2)
     far = BASE.replace("requests:", "zzz: 1\nrequests:")
     clean_error(run_main("run", write(tmp_path, far)), "field 'zzz': unknown key; allowed here: allocator")
+
+
+def test_every_problem_is_listed_at_once_each_on_its_own_line(tmp_path):
+    text = BASE.replace("requests: 20", "reqests: 20\nmax_num_seqs: 64\nscheduler: {max_num_seq: 8, block_size: -1}")
+    text = text.replace("rate_per_s: 5", "rate_per_s: 0")
+    path = write(tmp_path, text)
+    err = clean_error(run_main("run", path), problems=5)
+    lines = err.removeprefix("error: ").split("\n")
+    assert all(line.startswith(f"{path}: field '") for line in lines), err
+    for fragment in ("field 'reqests': unknown key. Did you mean: requests?",
+                     "field 'max_num_seqs': unknown key here; 'max_num_seqs' belongs in the 'scheduler' block",
+                     "field 'scheduler.max_num_seq': unknown key. Did you mean: max_num_seqs",
+                     "field 'scheduler.block_size': Input should be greater than 0 (got -1)",
+                     "field 'arrivals.rate_per_s': Input should be greater than or equal to"):
+        assert fragment in err, fragment
+    # Checks across fields (once the fields are valid) are listed together too.
+    both = BASE.replace("requests: 20", "split: {total_tokens: {dist: fixed, value: 9}, prompt_share: 0.5}")
+    both = both.replace("{kind: poisson, rate_per_s: 5}", "{kind: all_at_once}") + "duration_s: 5\n"
+    err = clean_error(run_main("run", write(tmp_path, both)), problems=2)
+    assert "give either 'split' or 'prompt_tokens'/'output_tokens', not both" in err
+    assert "arrivals 'all_at_once' sends 'requests' requests at once" in err
+
+
+def test_unknown_names_are_listed_together(tmp_path):
+    path = write(tmp_path, BASE.replace("llama-3.1-8b", "lama-3.1-8b").replace("rtx4090", "rtx4909"))
+    clean_error(run_main("run", path), f"{path}: field 'model': unknown model 'lama-3.1-8b'. Did you mean: llama-3.1-8b",
+                f"{path}: field 'gpu': unknown GPU 'rtx4909'. Did you mean: rtx4090", problems=2)
+    # A name given on the command line replaces the file's, so only the model is left to report.
+    clean_error(run_main("run", path, "--gpu", "h100"), "field 'model': unknown model", problems=1)
 
 
 def test_meaningless_numbers_are_refused_with_their_range(tmp_path):

@@ -3,7 +3,8 @@
 aliases, encodings, damaged bytes, traces), each run as `capsim run W --json --out DIR` in this
 process. Every one must end as either
 
-- a clean error: exit 2, no traceback, one line under 1 KB that names the file at fault, or
+- a clean error: exit 2, no traceback, one line per problem, each under 1 KB and naming the
+  file at fault, or
 - a run whose accounting holds: arrived = completed + rejected + unfinished, every number in the
   summary finite, and in every step stored KV tokens <= held <= the cache's capacity, with the
   output folder complete (its manifest written) and nothing partial left beside it.
@@ -216,8 +217,10 @@ def _check(folder: Path, workload: bytes, gpu: bytes = b"", extra: dict | None =
     event("clean error" if code == 2 else "run")
     if code == 2:
         message = err.strip()
-        assert message.startswith("error: ") and "\n" not in message and len(message.encode()) < 1024, message
-        assert any(name in message for name in named), message
+        lines = message.split("\n")  # one line per problem, at most 20 and a count of the rest
+        assert message.startswith("error: ") and len(lines) <= 21, message
+        for line in lines:
+            assert len(line.encode()) < 1024 and any(name in line for name in named), message
         assert not out.exists()
         return
     s = json.loads(stdout)

@@ -27,15 +27,24 @@ def test_top_level_must_be_a_mapping(tmp_path):
         load_yaml_as(WorkloadConfig, path)
 
 
-def test_several_problems_in_one_paragraph(tmp_path):
+def test_several_problems_one_paragraph_each(tmp_path):
     path = tmp_path / "gpu.yaml"
     path.write_text("name: x\nmemory_bytes: lots\npeak_flops: {fp16: 1.0e+12}\nsources: {}\nwheels: 4\n")
     with pytest.raises(CapsimError) as exc:
         load_yaml_as(HardwareProfile, path)
-    msg = str(exc.value)
-    assert "field 'memory_bytes'" in msg and "field 'wheels': unknown key" in msg
-    assert "field 'interconnect': required field is missing" in msg
-    assert "\n" not in msg
+    lines = str(exc.value).split("\n")
+    assert len(lines) == 4 and all(line.startswith(f"{path}: field '") for line in lines)
+    assert "field 'memory_bytes'" in lines[0] and "field 'wheels': unknown key" in lines[3]
+    assert f"{path}: field 'interconnect': required field is missing." in lines
+
+
+def test_a_flood_of_problems_is_cut_to_a_count(tmp_path):
+    path = tmp_path / "gpu.yaml"
+    path.write_text("name: x\nmemory_bytes: 1\n" + "".join(f"junk{i}: 1\n" for i in range(30)))
+    with pytest.raises(CapsimError) as exc:
+        load_yaml_as(HardwareProfile, path)
+    lines = str(exc.value).split("\n")
+    assert len(lines) == 21 and lines[-1].endswith("and 14 more problem(s).")
 
 
 def test_frozen_config_objects(tmp_path, round_gpu):

@@ -9,14 +9,19 @@ Typer reads every command's parameters at each start, and string annotations mad
 """
 
 import contextlib
+import functools
+import inspect
 import math
 import sys
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+
+from capsim.errors import CapsimError
 
 # Off a terminal Rich would wrap everything at 80 columns, splitting a table's names and numbers
 # over lines; piped or redirected, a table prints at its natural width instead, one row a line.
@@ -84,11 +89,14 @@ def _figures(res):
     return draw
 
 
-def _goals(workload: Path, slo: list[str] | None, share: float):
+def _goals(workload, slo: list[str] | None, share: float | None):
+    """The objectives a run is judged against: --slo, else the workload's slo: block (the workload
+    a file path or a composed config)."""
     from capsim.api import load_workload
     from capsim.results.slo import objectives_for
 
-    return objectives_for(load_workload(workload), slo, share)
+    w = load_workload(workload) if isinstance(workload, (str, Path)) else workload
+    return objectives_for(w, slo, share)
 
 
 def _prices(texts: list[str] | None):
@@ -130,3 +138,209 @@ def _progress(label: str, auto_refresh: bool = True):
     from capsim.report.planning_tables import progress
 
     return progress(err, label, auto_refresh=auto_refresh)
+
+
+# --------------------------------------------------------------------------------------------
+# The set-up options: one definition that `run`, `compare`, `sweep` and `capacity` all take
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SetupOption:
+    """One set-up option: a workload field (or a way of saying one) as a flag."""
+
+    name: str  # the parameter's and the workload override's name
+    kind: type  # the value's type (int, float, str, bool)
+    decls: tuple[str, ...]  # the flag names ('--kv-cache'; a bool as '--x/--no-x')
+    help: str  # the --help text
+    new: bool = False  # only a composed workload carries it (not one of capsim.api's run overrides)
+
+
+_ARRIVALS_HELP = "poisson | gamma | constant | all_at_once | closed_loop (default: closed_loop with --users, " \
+    "poisson with --rate, gamma with --burstiness)"
+_LENGTHS_HELP = ("length distribution: 2000 (fixed), uniform:LO:HI, normal:MEAN:STD, lognormal:MEAN:SIGMA (both "
+                 "may add :MIN:MAX), empirical:V1,V2,... or V1=W1,..., sequence:V1,V2,...")
+SETUP_OPTIONS = (
+    SetupOption("model", str, ("--model",), "model: a catalogue name (see `capsim models`) or a Hugging Face "
+                "config.json path"),
+    SetupOption("gpu", str, ("--gpu",), "GPU name or profile YAML (see `capsim gpus`)"),
+    SetupOption("weights", str, ("--weights",), "weight format, e.g. bf16, fp8, q4_k_m"),
+    SetupOption("kv_cache", str, ("--kv-cache",), "KV-cache format, e.g. fp16, fp8, q8_0, tbq4"),
+    SetupOption("engine", str, ("--engine",), "serving-engine profile: vllm, sglang, trt-llm, llama.cpp (see "
+                "`capsim engines`)"),
+    SetupOption("tp", int, ("--tp",), "tensor-parallel GPUs per replica"),
+    SetupOption("replicas", int, ("--replicas",), "copies of the server behind a router"),
+    SetupOption("router", str, ("--router",), "round_robin | least_outstanding | least_kv"),
+    SetupOption("scheduler", str, ("--scheduler",), "static | continuous | chunked"),
+    SetupOption("allocator", str, ("--allocator",), "paged | contiguous"),
+    SetupOption("max_num_seqs", int, ("--max-num-seqs",), "batch cap (sequences per step)"),
+    SetupOption("max_num_batched_tokens", int, ("--max-num-batched-tokens",), "token budget per step"),
+    SetupOption("num_gpu_blocks", int, ("--num-gpu-blocks",), "override the computed KV capacity, in blocks"),
+    SetupOption("max_model_len", int, ("--max-model-len",), "longest request, tokens (default: the model's "
+                "context length)", new=True),
+    SetupOption("gpu_memory_utilization", float, ("--gpu-memory-utilization",), "share of GPU memory the server "
+                "uses (default 0.9, or the engine's)", new=True),
+    SetupOption("preemption", str, ("--preemption",), "recompute | swap"),
+    SetupOption("prefix_caching", bool, ("--prefix-caching/--no-prefix-caching",), "reuse cached KV of shared "
+                "prefixes"),
+    SetupOption("mode", str, ("--mode",), "cost model: realistic | document | unit"),
+    SetupOption("rate", float, ("--rate",), "arrival rate, requests/s"),
+    SetupOption("users", int, ("--users",), "closed-loop users (each sends, waits for the answer, thinks, sends again)",
+                new=True),
+    SetupOption("think_time_s", float, ("--think-time-s", "--think-time"), "users' mean think time between "
+                "requests, s", new=True),
+    SetupOption("arrivals", str, ("--arrivals",), _ARRIVALS_HELP, new=True),
+    SetupOption("burstiness", float, ("--burstiness",), "gamma arrivals' shape, vLLM's --burstiness (< 1: burstier "
+                "than Poisson)", new=True),
+    SetupOption("prompt_tokens", str, ("--prompt-tokens",), "prompt " + _LENGTHS_HELP, new=True),
+    SetupOption("output_tokens", str, ("--output-tokens",), "output " + _LENGTHS_HELP, new=True),
+    SetupOption("shared_prefix_tokens", int, ("--shared-prefix-tokens",), "a system prompt of this many tokens in "
+                "front of every prompt", new=True),
+    SetupOption("samples", int, ("--samples",), "parallel sampling (n): answers per request", new=True),
+    SetupOption("requests", int, ("--requests",), "number of requests (replaces the workload's requests and "
+                "duration_s; without a file the default is 1000, or 10 per user if more)"),
+    SetupOption("duration_s", float, ("--duration-s",), "or: send requests for this many seconds", new=True),
+    SetupOption("horizon_s", float, ("--horizon",), "stop the clock at this many seconds"),
+    SetupOption("seed", int, ("--seed",), "random seed"),
+    SetupOption("name", str, ("--name",), "the workload's name in results (default: the file's, or "
+                "'command-line')", new=True),
+    SetupOption("set", str, ("--set",), "any other workload field, KEY=VALUE with the key dotted as in the file "
+                "(repeatable): --set scheduler.watermark=0.02 --set measure.whole_run=true", new=True),
+)
+# Options every command takes more than once (--set), and those the planning commands may repeat
+# to compare set-ups (one row, or one capacity search, per combination).
+_ALWAYS_LISTS = ("set",)
+COMPARE_GRID = ("gpu", "model", "weights", "kv_cache", "scheduler", "allocator")
+CAPACITY_GRID = ("gpu", "kv_cache", "weights")
+
+
+def _annotation(option: SetupOption, repeatable: bool):
+    kind = list[option.kind] if repeatable else option.kind  # type: ignore[valid-type]
+    help_text = option.help + (" (repeatable)" if repeatable and option.name not in _ALWAYS_LISTS else "")
+    parser = finite_float if option.kind is float else None
+    return Annotated[Optional[kind], typer.Option(*option.decls, help=help_text, parser=parser,
+                                                  rich_help_panel="Set-up (instead of or over the workload file)")]
+
+
+def setup_options(grid: tuple[str, ...] = (), axes: tuple[str, ...] = ()):
+    """Decorator: the command takes every set-up option (SETUP_OPTIONS) as a flag, the names in
+    `grid` repeatable, those in `axes` left out (the command varies that load itself and has its
+    own option of that name), and receives them gathered as one dict, `setup` (None: not given).
+
+    One definition keeps `run` and the planning commands in step: a new workload field becomes a
+    flag of every command at once (tests/cli/test_setup_options.py checks they agree)."""
+    def wrap(command):
+        options = [o for o in SETUP_OPTIONS if o.name not in axes]
+        signature = inspect.signature(command)
+        own = [p for p in signature.parameters.values() if p.name != "setup"]
+        added = [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                   annotation=_annotation(o, o.name in grid or o.name in _ALWAYS_LISTS))
+                 for o in options]
+
+        @functools.wraps(command)
+        def with_setup(**kwargs):
+            setup = {o.name: kwargs.pop(o.name, None) for o in options}
+            return command(setup=setup, **kwargs)
+
+        with_setup.__signature__ = signature.replace(parameters=own + added)  # type: ignore[attr-defined]
+        with_setup.__annotations__ = {p.name: p.annotation for p in own + added}
+        return with_setup
+
+    return wrap
+
+
+@dataclass
+class Workload:
+    """What a command runs: the workload (a file path, or a config composed from the flags) and
+    the run overrides that go with it (capsim.api.simulate's keyword arguments)."""
+
+    workload: object  # a Path (the file as given) or a WorkloadConfig
+    overrides: dict  # run overrides (capsim.api.OVERRIDABLE names), the given ones only
+    label: str  # how progress bars name it
+    grid: dict  # the repeated options a planning command varies, name -> values
+
+
+def workload_for(path: Path | None, setup: dict, slo: list[str] | None = None, share: float | None = None,
+                 load: dict | None = None, grid: tuple[str, ...] = ()) -> Workload:
+    """The workload a command runs, from its file (or none) and its set-up flags (capsim.workload.flags.
+    compose). A file with only the classic run overrides runs as before; anything else composes a
+    config with every flag written in (and the --slo objectives as its slo: block). A repeated
+    `grid` option is left to the command (its first value stands in the composed config)."""
+    from capsim.api import OVERRIDABLE
+    from capsim.workload.flags import compose
+    from capsim.workload.names import check_names
+
+    given = {k: v for k, v in setup.items() if v is not None and v != []}
+    if load is not None:  # a command that varies the load applies the think time to each point itself
+        given.pop("think_time_s", None)
+    single = {k: (v[0] if k in grid else v) for k, v in given.items()}
+    hf_model = str(single.get("model", "")).endswith(".json")
+    new = [o.name for o in SETUP_OPTIONS if o.new and o.name in given]
+    overrides = {k: v for k, v in single.items() if k in OVERRIDABLE and k not in grid}
+    axes = {k: v for k, v in given.items() if k in grid}
+    if len(axes.get("model", ())) > 1 and any(str(m).endswith(".json") for m in axes["model"]):
+        # The planning tables label a compared model by the name given, which a spec object is not.
+        raise CapsimError("--model: a Hugging Face config.json can be the one model of a comparison, not one of "
+                          "several; compare catalogue names, or run each config on its own.")
+    if path is not None and not new and not hf_model:
+        _check_names(path, overrides, tuple(axes))
+        return Workload(path, overrides, path.name, axes)
+    base, source = None, "the command-line workload"
+    if path is not None:
+        from capsim.api import load_workload
+
+        w = load_workload(path)
+        base = w.model_dump(exclude_unset=True)
+        base.setdefault("name", w.name or path.stem)
+        source = f"{path} (with command-line options)"
+    elif "name" not in single:
+        single["name"] = "command-line"
+    if hf_model:
+        single["model"] = _model(single["model"])
+    slo_block = _slo_block(slo, share, base)
+    w = compose(base, single, source, load, slo_block)
+    check_names(w, source, tuple(axes))
+    # Everything is in the config now; only --requests stays an override, as the planning commands
+    # read a given request count as "keep this length" (capacity probes otherwise size their own).
+    # A composed config holds each option given once, so only options repeated are varied.
+    return Workload(w, {k: v for k, v in overrides.items() if k == "requests"}, w.name or "command-line",
+                    {k: v for k, v in axes.items() if len(v) > 1})
+
+
+def _model(name: str):
+    """A --model value: a catalogue name as given, or the spec a Hugging Face config.json describes."""
+    if not str(name).endswith(".json"):
+        return name
+    from capsim.spec.hf_config import model_from_hf_config
+
+    return model_from_hf_config(Path(name))
+
+
+def _check_names(path: Path, overrides: dict, skip: tuple[str, ...]) -> None:
+    """Every unknown name in a file (with its overrides) reported at once, before anything runs."""
+    from capsim.api import apply_overrides, load_workload
+    from capsim.errors import short_path
+    from capsim.workload.names import check_names
+
+    w = load_workload(path)
+    source = short_path(path)
+    check_names(apply_overrides(w, source, **overrides) if overrides else w, source, skip)
+
+
+def _slo_block(slo: list[str] | None, share: float | None, base: dict | None) -> dict | None:
+    """The --slo objectives (and --goodput-share) as a workload slo: block (None: keep the file's)."""
+    if not slo and share is None:
+        return None
+    from capsim.results.slo import parse_objectives
+
+    if not slo:  # only a share: it changes the file's goodput block, if it has one
+        old = dict((base or {}).get("slo") or {})
+        if "goodput" not in old:
+            return None
+        return old | {"goodput": {**old["goodput"], "min_share": share}}
+    goals = parse_objectives(slo, goodput_share=share)
+    block: dict = {}
+    if goals.limits_ms:
+        block["limits"] = dict(goals.limits_ms)
+    if goals.goodput_ms:
+        block["goodput"] = {f"{m}_ms": v for m, v in goals.goodput_ms.items()} | {"min_share": goals.goodput_share}
+    return block

@@ -9,36 +9,16 @@ from typing import Annotated, Optional
 import typer
 from rich.text import Text
 
-from capsim.cli.report_option import ReportOpt, check_report, write_report
 from capsim.cli.common import (DaskOpt, PercentilesOpt, PlotsOpt, PriceOpt, ShareOpt, SloOpt, WorkersOpt, _dask_warning,
-                               _goals, _outputs, _prices, _progress, _wrote, err, finite_float, out)
+                               Workload, _goals, _outputs, _prices, _progress, _wrote, err, out, setup_options,
+                               workload_for)
+from capsim.cli.report_option import ReportOpt, check_report, write_report
 
 
+@setup_options()
 def run(
-    workload: Annotated[Path, typer.Argument(help="workload YAML (see workloads/)")],
-    gpu: Annotated[Optional[str], typer.Option(help="GPU name or profile YAML (overrides the workload's)")] = None,
-    model: Annotated[Optional[str], typer.Option(help="model name (see `capsim models`)")] = None,
-    weights: Annotated[Optional[str], typer.Option(help="weight format, e.g. bf16, fp8, q4_k_m")] = None,
-    kv_cache: Annotated[Optional[str], typer.Option("--kv-cache", help="KV-cache format, e.g. fp16, fp8, q8_0, tbq4")] = None,
-    scheduler: Annotated[Optional[str], typer.Option(help="static | continuous | chunked")] = None,
-    allocator: Annotated[Optional[str], typer.Option(help="paged | contiguous")] = None,
-    rate: Annotated[Optional[float], typer.Option(help="arrival rate, requests/s (poisson, gamma, constant)",
-                                                  parser=finite_float)] = None,
-    requests: Annotated[Optional[int], typer.Option(help="number of requests (replaces the workload's requests and "
-                                                         "duration_s)")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="random seed")] = None,
-    max_num_seqs: Annotated[Optional[int], typer.Option(help="batch cap (sequences per step)")] = None,
-    max_num_batched_tokens: Annotated[Optional[int], typer.Option(help="token budget per step")] = None,
-    num_gpu_blocks: Annotated[Optional[int], typer.Option(help="override the computed KV capacity, in blocks")] = None,
-    mode: Annotated[Optional[str], typer.Option(help="realistic | document | unit")] = None,
-    horizon: Annotated[Optional[float], typer.Option(help="stop the clock at this many seconds", parser=finite_float)] = None,
-    replicas: Annotated[Optional[int], typer.Option(help="copies of the server behind a router")] = None,
-    router: Annotated[Optional[str], typer.Option(help="round_robin | least_outstanding | least_kv")] = None,
-    prefix_caching: Annotated[Optional[bool], typer.Option("--prefix-caching/--no-prefix-caching",
-                                                           help="reuse cached KV of shared prefixes")] = None,
-    preemption: Annotated[Optional[str], typer.Option(help="recompute | swap")] = None,
-    engine: Annotated[Optional[str], typer.Option(help="serving-engine profile: vllm, sglang, trt-llm, llama.cpp (see `capsim engines`)")] = None,
-    tp: Annotated[Optional[int], typer.Option(help="tensor-parallel GPUs per replica")] = None,
+    workload: Annotated[Optional[Path], typer.Argument(help="workload YAML (see workloads/); optional: the set-up "
+                                                        "flags can say it all (docs/recipes.md)")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="also print the cost model's working for a typical step")] = False,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="write summary.json, requests.csv, steps.csv here: a new "
                                                     "or empty folder, or an earlier run's (replaced whole)")] = None,
@@ -51,27 +31,31 @@ def run(
     seeds: Annotated[Optional[int], typer.Option(help="repeat with N seeds (seed, seed+1, ...): mean ± 95% interval")] = None,
     workers: WorkersOpt = None,
     dask_scheduler: DaskOpt = None,
+    save_workload: Annotated[Optional[Path], typer.Option(help="write the workload (the file and the flags together) "
+                                                          "as YAML here, then run that file")] = None,
+    setup: Optional[dict] = None,
 ) -> None:
     """Simulate a workload on a GPU and print vLLM's benchmark result block (over the steady
     window), capsim's lines, and a verdict: SLOs met or missed, cost, the binding limit, next
-    steps. On a terminal, a progress bar of requests finished is drawn on stderr meanwhile."""
+    steps. On a terminal, a progress bar of requests finished is drawn on stderr meanwhile.
+
+    Without a workload file the set-up flags say it all (docs/recipes.md); with one, they change its fields:
+
+    capsim run --model llama-3.1-8b --gpu h100 --users 64 --prompt-tokens 2000 --output-tokens lognormal:300:0.8"""
     from capsim.api import simulate
     from capsim.spec.metric_names import parse_percentiles
 
-    overrides = dict(gpu=gpu, model=model, weights=weights, kv_cache=kv_cache, scheduler=scheduler, allocator=allocator,
-                     rate=rate, requests=requests, seed=seed, max_num_seqs=max_num_seqs, mode=mode, horizon_s=horizon,
-                     max_num_batched_tokens=max_num_batched_tokens, num_gpu_blocks=num_gpu_blocks,
-                     replicas=replicas, router=router, prefix_caching=prefix_caching, preemption=preemption,
-                     engine=engine, tp=tp)
-    goals, prices, qs = _goals(workload, slo, goodput_share), _prices(price_per_hour), parse_percentiles(percentiles)
+    job = workload_for(workload, setup or {}, slo, goodput_share)
+    if save_workload is not None:
+        job = _save_workload(job, save_workload)
+    goals, prices, qs = _goals(job.workload, slo, goodput_share), _prices(price_per_hour), parse_percentiles(percentiles)
     outputs = _outputs("run", out_dir, plots)
     check_report(report)
     if seeds is not None:
-        return _run_seeds(workload, seeds, overrides, workers, dask_scheduler, outputs, as_json, step_by_step,
-                          goals, prices, qs, report)
-    with _run_progress(workload) as tick:
-        result = simulate(workload, macro_steps=not step_by_step, progress=tick, objectives=goals, percentiles=qs,
-                          price=prices, **overrides)
+        return _run_seeds(job, seeds, workers, dask_scheduler, outputs, as_json, step_by_step, goals, prices, qs, report)
+    with _progress(f"{job.label}, requests finished", auto_refresh=False) as tick:
+        result = simulate(job.workload, macro_steps=not step_by_step, progress=tick, objectives=goals, percentiles=qs,
+                          price=prices, **job.overrides)
     _notices(result.summary)
     if as_json:
         sys.stdout.write(result.summary_json(provenance=True))
@@ -114,15 +98,35 @@ def _notices(summary: dict) -> None:
                   "(trace_time_offset_s in the summary).", highlight=False, soft_wrap=True)
 
 
-def _run_seeds(workload, seeds, overrides, workers, dask_scheduler, outputs, as_json, step_by_step,
-               goals, prices, qs, report=None) -> None:
+def _save_workload(job: Workload, path: Path) -> Workload:
+    """Writes the workload a run would run (its file with every flag applied) as YAML at `path`,
+    whole (a temporary file renamed into place) and only once it resolves; the run then runs that
+    file, so that running it again later gives the same results, the next-step commands included."""
+    from capsim.api import apply_overrides, load_workload, resolve
+    from capsim.workload.flags import workload_yaml
+
+    w = load_workload(job.workload) if isinstance(job.workload, Path) else job.workload
+    w = apply_overrides(w, job.label, **job.overrides)
+    if not w.name:
+        w = w.model_copy(update={"name": job.label.removesuffix(".yaml").removesuffix(".yml")})
+    resolve(w, job.label)
+    text = "# Written by `capsim run --save-workload`: `capsim run THIS_FILE` runs the same simulation.\n"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text + workload_yaml(w))
+    tmp.replace(path)
+    _wrote([path])
+    return Workload(path, {}, path.name, {})
+
+
+def _run_seeds(job, seeds, workers, dask_scheduler, outputs, as_json, step_by_step, goals, prices, qs,
+               report=None) -> None:
     from capsim.planning.seeds import run_seeds
     from capsim.report.planning_tables import frame_json, rich, seeds_view
 
     _dask_warning(dask_scheduler)
     with _progress(f"{seeds} seeds") as tick:
-        res = run_seeds(workload, seeds, workers=workers, dask_scheduler=dask_scheduler, progress=tick,
-                        objectives=goals, price=prices, percentiles=qs, macro_steps=not step_by_step, **overrides)
+        res = run_seeds(job.workload, seeds, workers=workers, dask_scheduler=dask_scheduler, progress=tick,
+                        objectives=goals, price=prices, percentiles=qs, macro_steps=not step_by_step, **job.overrides)
     _notices(res.first.summary)
     if as_json:
         sys.stdout.write(frame_json(res.table, {"seeds": res.runs["seed"].tolist()}))
@@ -132,11 +136,4 @@ def _run_seeds(workload, seeds, overrides, workers, dask_scheduler, outputs, as_
     _wrote(outputs.save(lambda folder: res.first.write(folder) + res.write(folder),
                         lambda folder: _run_figures(res.first, folder, goals)))
     _wrote(write_report(report, res, goals))
-
-
-
-def _run_progress(workload: Path):
-    """`capsim run`'s bar of requests finished, on a terminal only (elsewhere nothing is drawn
-    and the engine is not called back)."""
-    return _progress(f"{workload.name}, requests finished", auto_refresh=False)
 

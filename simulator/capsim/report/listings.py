@@ -19,8 +19,10 @@ def gpu_listing() -> tuple[str, list[str], list[list], dict]:
             {k: v.model_dump() for k, v in cat.items()})
 
 
-def model_listing() -> tuple[str, list[str], list[list], dict]:
-    cat = model_catalog()
+def model_listing(specs: dict | None = None, title: str = "Models (from their published configs)"
+                  ) -> tuple[str, list[str], list[list], dict]:
+    """The catalogue's models (or the given specs, by name) with their derived sizes."""
+    cat = model_catalog() if specs is None else specs
     columns = ["name", "params_b", "active_b", "layers", "kv_heads", "head_dim", "kv_kib_per_token_fp16",
                "state_mib_per_seq", "context"]
     rows, data = [], {}
@@ -32,7 +34,7 @@ def model_listing() -> tuple[str, list[str], list[list], dict]:
         data[name] = spec.model_dump() | {"derived": {
             "total_params": p.total, "active_params": p.active, "flops_per_token": 2 * p.active,
             "kv_bytes_per_token_fp16": kv, "state_bytes_per_sequence": state}}
-    return "Models (from their published configs)", columns, rows, data
+    return title, columns, rows, data
 
 
 def engine_listing() -> tuple[str, list[str], list[list], dict]:

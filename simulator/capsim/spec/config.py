@@ -302,28 +302,47 @@ def _model_at(cls: Any, parts: tuple) -> type[BaseModel] | None:
 
 
 def _unknown_key(cls: Any, loc: tuple, listed: set) -> str:
-    """'unknown key. Did you mean: x?' for a misspelled key, else the keys allowed there (once
-    per place: `listed` holds the places already listed)."""
+    """'unknown key. Did you mean: x?' for a misspelled key; where the key belongs in a block
+    below (top-level max_num_seqs: in scheduler:); else the keys allowed there (once per place:
+    `listed` holds the places already listed)."""
     owner = _model_at(cls, loc[:-1])
     if owner is None:
         return "unknown key"
     allowed = sorted(owner.model_fields)
-    hint = did_you_mean(str(loc[-1]), allowed) if isinstance(loc[-1], str) else ""
-    if hint or owner in listed:
-        return f"unknown key.{hint}" if hint else "unknown key"
+    key = loc[-1]
+    hint = did_you_mean(str(key), allowed) if isinstance(key, str) else ""
+    if hint:
+        return f"unknown key.{hint}"
+    block = _block_holding(owner, key)
+    if block:
+        return f"unknown key here; '{key}' belongs in the '{block}' block ({block}: {{{key}: ...}})"
+    if owner in listed:
+        return "unknown key"
     listed.add(owner)
     return f"unknown key; allowed here: {', '.join(allowed)}"
 
 
+def _block_holding(owner: type[BaseModel], key: Any) -> str | None:
+    """The field of `owner` whose config block has a key named `key` (None: none has)."""
+    for name, field in owner.model_fields.items():
+        for kind in _kinds(field.annotation):
+            if isinstance(kind, type) and issubclass(kind, BaseModel) and key in kind.model_fields:
+                return name
+    return None
+
+
+# At most this many problems are listed (a file can hold thousands; the rest are counted).
+MAX_PROBLEMS = 20
+
+
 def _explain(source: str, exc: ValidationError, cls: Any = None) -> str:
-    """One paragraph naming the file, each failing field (up to about 600 characters of them),
-    what was given (cut short) and what is allowed."""
-    parts: list[str] = []
-    errors = exc.errors()
+    """Every problem pydantic found, one paragraph (line) each naming the file, the failing field,
+    what was given (cut short) and what is allowed. A check across fields reports all it finds
+    as lines of one message, each its own paragraph here. Checks across fields run once the
+    fields themselves are valid, so those come after the field problems are fixed."""
+    problems: list[str] = []
     listed: set = set()
-    for err in errors:
-        if len(parts) == 4 or sum(map(len, parts)) > 600:
-            break
+    for err in exc.errors():
         loc = _loc(err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         ctx = err.get("ctx") or {}
@@ -335,11 +354,13 @@ def _explain(source: str, exc: ValidationError, cls: Any = None) -> str:
             msg = "required field is missing"
         given = err.get("input")
         shown = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(given, dict) else f" (got {quote(given)})"
-        parts.append(f"field '{quote(loc, 80).strip(chr(39))}': {msg[:300]}{shown}")
-    more = len(errors) - len(parts)
-    tail = f"; and {more} more problem(s)" if more > 0 else ""
-    text = f"{source}: " + "; ".join(parts) + tail
-    return text if text.endswith((".", "?")) else text + "."
+        for line in msg.split("\n"):
+            field = "" if loc == "(top level)" else f"field '{quote(loc, 80).strip(chr(39))}': "
+            text = f"{source}: {field}{line[:300]}{shown}"
+            problems.append(text if text.endswith((".", "?")) else text + ".")
+    more = len(problems) - MAX_PROBLEMS
+    problems = problems[:MAX_PROBLEMS] + ([f"{source}: and {more} more problem(s)."] if more > 0 else [])
+    return "\n".join(problems)
 
 
 def validate(cls: type[T], data: Any, source: str) -> T:

@@ -348,22 +348,34 @@ class WorkloadConfig(Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadConfig:
-        trace = self.arrivals.kind == "trace"
-        if not trace and self.requests is None and self.duration_s is None:
-            raise ValueError("give 'requests' (how many) or 'duration_s' (for how long)")
-        if self.classes is None:
-            _check_lengths(self, "")
-        elif self.prompt_tokens is not None or self.output_tokens is not None or self.split is not None:
-            raise ValueError("give either 'prompt_tokens'/'output_tokens' (or 'split') or 'classes', not both")
-        if self.classes is not None and len({c.name for c in self.classes}) != len(self.classes):
-            raise ValueError("classes: names must be unique")
-        lengths = [(c.name, c.prompt_tokens, c.output_tokens) for c in self.classes or []]
-        lengths += [(c.name, c.split.total_tokens, None) for c in self.classes or [] if c.split]
-        lengths.append(("", self.prompt_tokens, self.output_tokens))
-        lengths.append(("", self.split.total_tokens if self.split else None, None))
-        from_trace = [w for w, p, o in lengths if (p is not None and p.dist == "trace") or (o is not None and o.dist == "trace")]
-        if from_trace and not trace:
-            raise ValueError("length dist 'trace' needs arrivals.kind 'trace'")
-        if self.arrivals.kind == "all_at_once" and (self.requests is None or self.duration_s is not None):
-            raise ValueError("arrivals 'all_at_once' sends 'requests' requests at once: give 'requests', not duration_s")
+        """Checks across fields; every problem found is reported, one line each."""
+        problems = _workload_problems(self)
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
+
+
+def _workload_problems(w: WorkloadConfig) -> list[str]:
+    problems = []
+    trace = w.arrivals.kind == "trace"
+    if not trace and w.requests is None and w.duration_s is None:
+        problems.append("give 'requests' (how many) or 'duration_s' (for how long)")
+    if w.classes is None:
+        try:
+            _check_lengths(w, "")
+        except ValueError as exc:
+            problems.append(str(exc))
+    elif w.prompt_tokens is not None or w.output_tokens is not None or w.split is not None:
+        problems.append("give either 'prompt_tokens'/'output_tokens' (or 'split') or 'classes', not both")
+    if w.classes is not None and len({c.name for c in w.classes}) != len(w.classes):
+        problems.append("classes: names must be unique")
+    lengths = [(c.name, c.prompt_tokens, c.output_tokens) for c in w.classes or []]
+    lengths += [(c.name, c.split.total_tokens, None) for c in w.classes or [] if c.split]
+    lengths.append(("", w.prompt_tokens, w.output_tokens))
+    lengths.append(("", w.split.total_tokens if w.split else None, None))
+    from_trace = [n for n, p, o in lengths if (p is not None and p.dist == "trace") or (o is not None and o.dist == "trace")]
+    if from_trace and not trace:
+        problems.append("length dist 'trace' needs arrivals.kind 'trace'")
+    if w.arrivals.kind == "all_at_once" and (w.requests is None or w.duration_s is not None):
+        problems.append("arrivals 'all_at_once' sends 'requests' requests at once: give 'requests', not duration_s")
+    return problems

@@ -1,0 +1,130 @@
+"""The set-up options: one definition every command takes (run, compare, sweep, capacity), a run
+said with flags only, and --save-workload's file running the same simulation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from helpers import REPO, run_main
+
+from capsim.api import load_workload, simulate
+from capsim.cli.app import app
+from capsim.cli.common import SETUP_OPTIONS, workload_for
+from capsim.cli.planning import LOAD_AXES
+
+FLAGS = ["--model", "llama-3.1-8b", "--gpu", "h100", "--users", "16", "--think-time-s", "0.5",
+         "--prompt-tokens", "uniform:200:400", "--output-tokens", "lognormal:60:0.5", "--requests", "120",
+         "--slo", "ttft_p99_ms=2000"]
+
+
+def _flags(command: str) -> dict[str, str]:
+    """Each of the command's options by parameter name -> its flags, as Typer builds them."""
+    group = typer.main.get_command(app)
+    cmd = group.get_command(group.context_class(group), command)
+    return {p.name: " ".join(p.opts + p.secondary_opts) for p in cmd.params if p.param_type_name == "option"}
+
+
+def test_every_command_takes_the_same_set_up_flags():
+    run = _flags("run")
+    for option in SETUP_OPTIONS:
+        assert option.name in run, option.name
+    for command in ("compare", "sweep", "capacity"):
+        flags = _flags(command)
+        for option in SETUP_OPTIONS:
+            if command != "compare" and option.name in LOAD_AXES:
+                continue  # sweep and capacity vary the load themselves (a --rate/--users range, a search)
+            assert option.name in flags and flags[option.name] == run[option.name], (command, option.name)
+
+
+def test_a_run_said_with_flags_only(tmp_path):
+    code, out, err = run_main("run", *FLAGS, "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["setup"]["workload"] == "command-line" and s["setup"]["model"] == "llama-3.1-8b"
+    assert s["arrived"] == 120 and "p99_ttft_ms" in s
+
+
+def test_saved_workload_runs_the_same_simulation(tmp_path):
+    saved, first, again = tmp_path / "w.yaml", tmp_path / "first", tmp_path / "again"
+    code, _, err = run_main("run", *FLAGS, "--save-workload", saved, "--out", first)
+    assert code == 0 and f"wrote {saved}" in err, err
+    assert run_main("run", saved, "--out", again)[0] == 0
+    for name in ("requests.csv", "steps.csv"):
+        assert (first / name).read_bytes() == (again / name).read_bytes()
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (first, again)]
+    for s in summaries:
+        s.pop("provenance", None)
+    assert summaries[0] == summaries[1]
+    # The same by RunResult.fingerprint(): the config the CLI composes from the flags, and the
+    # saved file's (both as config objects, so that the next-step text names no file in either).
+    flags = {"model": "llama-3.1-8b", "gpu": "h100", "users": 16, "think_time_s": 0.5,
+             "prompt_tokens": "uniform:200:400", "output_tokens": "lognormal:60:0.5", "requests": 120}
+    job = workload_for(None, flags, ["ttft_p99_ms=2000"])
+    first_run = simulate(job.workload, **job.overrides)
+    assert first_run.fingerprint() == simulate(load_workload(saved)).fingerprint()
+    assert first_run.summary["arrived"] == 120
+
+
+def test_flags_over_a_file_and_the_file_saved_with_them(tmp_path):
+    saved = tmp_path / "chat-64.yaml"
+    code, out, err = run_main("run", REPO / "workloads/chat.yaml", "--users", "64", "--requests", "200",
+                              "--max-num-seqs", "32", "--save-workload", saved, "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["setup"]["workload"] == "chat" and s["setup"]["max_num_seqs"] == 32 and s["arrived"] == 200
+    text = saved.read_text()
+    assert "closed_loop" in text and "users: 64" in text and "max_num_seqs: 32" in text and "rate_per_s" not in text
+    code, again, _ = run_main("run", saved, "--json")
+    a, b = json.loads(out), json.loads(again)
+    assert {k: v for k, v in a.items() if k != "provenance"} == {k: v for k, v in b.items() if k != "provenance"}
+
+
+def test_missing_set_up_is_one_message():
+    code, _, err = run_main("run", "--model", "llama-3.1-8b", "--rate", "2")
+    assert code == 2 and "Traceback" not in err
+    assert "--gpu" in err and "--prompt-tokens" in err and "--output-tokens" in err
+
+
+@pytest.mark.parametrize("args", [
+    ["sweep", "--users", "2,8"],
+    ["capacity", "--users", "--start", "4", "--tolerance", "0.5", "--points-per-round", "2", "--slo", "tpot_p99_ms=8"],
+    ["compare", "--users", "8", "--gpu", "h100", "--gpu", "a100-80gb"],
+])
+def test_planning_commands_without_a_file(args):
+    common = ["--model", "llama-3.1-8b", "--prompt-tokens", "300", "--output-tokens", "50", "--requests", "60",
+              "--workers", "1", "--format", "json"]
+    if args[0] != "compare":
+        common += ["--gpu", "h100", "--tp", "2"]
+    if args[0] != "capacity":
+        common += ["--slo", "ttft_p99_ms=5000"]
+    code, out, err = run_main(*args, *common)
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert rows and all(r["model"] == "llama-3.1-8b" for r in rows)
+    if args[0] == "compare":
+        assert {r["gpu"] for r in rows} == {"h100-sxm", "a100-80g"}
+    else:
+        assert all(r["tp"] == 2 for r in rows)
+
+
+def test_a_hugging_face_config_as_the_model():
+    config = REPO / "tests/data/hf_configs/qwen3-30b-a3b.json"
+    code, out, err = run_main("models", "--from", config)
+    assert code == 0, err
+    assert "qwen3-30b-a3b" in out and "30.53" in out and "MoE 8 of 128 experts of 768" in out
+    code, out, err = run_main("models", "--from", config, "--format", "json")
+    assert json.loads(out)["qwen3-30b-a3b"]["moe"]["num_experts"] == 128
+    code, out, err = run_main("run", "--model", config, "--gpu", "h100", "--rate", "2", "--prompt-tokens", "500",
+                              "--output-tokens", "50", "--requests", "40", "--json")
+    assert code == 0, err
+    assert json.loads(out)["setup"]["model"] == "qwen3-30b-a3b"
+    code, _, err = run_main("models", "--from", REPO / "workloads" / "chat.yaml")
+    assert code == 2 and "cannot read it as a Hugging Face config.json" in err
+
+
+def test_a_config_json_is_not_one_of_several_compared_models():
+    config = REPO / "tests/data/hf_configs/qwen3-8b.json"
+    code, _, err = run_main("compare", REPO / "workloads/chat.yaml", "--model", config, "--model", "llama-3.1-8b")
+    assert code == 2 and "can be the one model of a comparison, not one of several" in err
