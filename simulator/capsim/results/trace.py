@@ -52,21 +52,24 @@ def write_trace(path: Path, summary: dict, requests: Mapping[str, Column],
                 step_parts: Iterable[Mapping[str, Column]], limits: TraceLimits = TraceLimits()) -> dict:
     """Write the trace of a run to `path` whole (through a temporary file beside it, renamed into
     place); return its `otherData` (what it holds and what was cut)."""
-    doc = trace_document(summary, requests, step_parts, limits)
+    events, other = trace_events(summary, requests, step_parts, limits)
     path = Path(path)
     tmp = path.parent / f".{path.name}.partial-{secrets.token_hex(4)}"
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(doc, separators=(",", ":"), allow_nan=False))
+            fh.write('{"traceEvents":[\n')
+            fh.write(",\n".join(events))
+            fh.write('\n],"displayTimeUnit":"ms","otherData":' + json.dumps(other, allow_nan=False) + "}\n")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    return doc["otherData"]
+    return other
 
 
-def trace_document(summary: dict, requests: Mapping[str, Column], step_parts: Iterable[Mapping[str, Column]],
-                   limits: TraceLimits = TraceLimits()) -> dict:
-    """The trace as a JSON-ready dict (see the module docstring)."""
+def trace_events(summary: dict, requests: Mapping[str, Column], step_parts: Iterable[Mapping[str, Column]],
+                 limits: TraceLimits = TraceLimits()) -> tuple[list[str], dict]:
+    """The trace's events, each as JSON text (the track names first), and its `otherData` (see
+    the module docstring)."""
     setup = summary.get("setup", {})
     steps = read_steps(step_parts, limits.max_events, limits.until_s, int(setup.get("replicas") or 1))
     req = _Requests(requests, steps)
@@ -74,14 +77,18 @@ def trace_document(summary: dict, requests: Mapping[str, Column], step_parts: It
     cut_us, why = _cut(np.sort(starts), steps, limits)
     # Grouped by kind, not sorted by time: the viewers sort; a request's slice comes before the
     # phases it holds, so a viewer that keeps the order of equal times nests them right.
-    events = steps.events(cut_us, _kv_name(setup)) + req.events(cut_us)
-    meta = _metadata(steps, req, cut_us)
+    events = steps.events(cut_us, _kv_name(setup)) + [_json(e) for e in req.events(cut_us)]
+    meta = [_json(e) for e in _metadata(steps, req, cut_us)]
     other = {"capsim": "run trace", "workload": setup.get("workload"), "time_unit": "microseconds of simulated time",
              "events": len(events), "passes": steps.count_before(cut_us), "passes_in_run": summary.get("num_steps"),
              "requests": req.count_before(cut_us), "requests_in_run": summary.get("arrived"),
              "cut": None if cut_us is None else {"at_s": cut_us / 1e6, "why": why,
                                                   "note": "events that start at or after at_s are left out"}}
-    return {"traceEvents": meta + events, "displayTimeUnit": "ms", "otherData": other}
+    return meta + events, other
+
+
+def _json(event: dict) -> str:
+    return json.dumps(event, separators=(",", ":"), allow_nan=False)
 
 
 def _cut(starts_us: np.ndarray, steps: StepRows, limits: TraceLimits) -> tuple[float | None, str | None]:
@@ -143,6 +150,7 @@ class _Requests:
         self.first_token = np.clip(self.first_token, self.scheduled, self.finish)
         self.cols, self.steps = cols, steps
         self.lane = _lanes(self.replica, self.arrival, self.finish, self.rejected)
+        self.prefill_passes = steps.passes_between(self.replica, self.scheduled, self.first_token)
 
     def replicas(self) -> list[int]:
         return np.unique(self.replica).tolist()
@@ -169,7 +177,7 @@ class _Requests:
         prompt, output, generated = (np.asarray(c[n]).tolist() for n in ("prompt_tokens", "output_tokens",
                                                                          "generated_tokens"))
         preempted, recomputed = np.asarray(c["preemptions"]).tolist(), np.asarray(c["recomputed_tokens"]).tolist()
-        label = _labels(c["request_class"])
+        label, passes = _labels(c["request_class"]), self.prefill_passes.tolist()
         out: list[dict] = []
         for i in np.flatnonzero(self.arrival < limit).tolist():
             pid, rid, arrive = int(self.replica[i]) + 1, int(self.ids[i]), float(self.arrival[i])
@@ -183,7 +191,7 @@ class _Requests:
             edges = (arrive, float(self.scheduled[i]), float(self.first_token[i]), float(self.finish[i]))
             out.append({"ph": "X", "name": f"r{rid}", "pid": pid, "tid": tid, "ts": arrive,
                         "dur": round(edges[3] - arrive, 3), "args": args})
-            phases = (("queued", {}), ("prefill", {"passes": self.steps.passes_between(pid - 1, edges[1], edges[2])}),
+            phases = (("queued", {}), ("prefill", {"passes": passes[i]}),
                       ("decode", {"generated_tokens": generated[i]}))
             for k, (name, extra) in enumerate(phases):
                 if edges[k + 1] > edges[k] and edges[k] < limit:

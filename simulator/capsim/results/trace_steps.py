@@ -3,6 +3,7 @@ limits, and their events (passes, preemption instants, KV and queue counters) pe
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -58,41 +59,47 @@ class StepRows:
         """Forward passes in the rows that start before the cut (a macro-step counts its passes)."""
         return int(self.passes.sum() if cut_us is None else self.passes[self.start_us < cut_us].sum())
 
-    def passes_between(self, replica: int, after_us: float, until_us: float) -> int:
-        """The replica's passes that end after `after_us` and by `until_us`."""
-        rows = self._by_replica.get(replica)
-        if rows is None:
-            return 0
-        ends = self.end_us_[rows]
-        a, b = np.searchsorted(ends, after_us, side="right"), np.searchsorted(ends, until_us, side="right")
-        return int(self.passes[rows[a:b]].sum())
+    def passes_between(self, replica: np.ndarray, after_us: np.ndarray, until_us: np.ndarray) -> np.ndarray:
+        """For each (replica, after, until): the replica's passes that end after `after_us` and by
+        `until_us` (a macro-step counts its passes)."""
+        out = np.zeros(len(replica), dtype=np.int64)
+        for r, rows in self._by_replica.items():
+            mine = replica == r
+            ends, total = self.end_us_[rows], np.concatenate(([0], np.cumsum(self.passes[rows])))
+            a = np.searchsorted(ends, after_us[mine], side="right")
+            b = np.searchsorted(ends, until_us[mine], side="right")
+            out[mine] = total[np.maximum(a, b)] - total[a]
+        return out
 
-    def events(self, cut_us: float | None, kv_name: str) -> list[dict]:
-        """The passes, preemption instants and counter samples that start before the cut. A
-        preemption is at its pass's start (the scheduler preempts while planning the pass); the
-        counters at its end (the step log records the KV in use and the queue after the pass)."""
+    def events(self, cut_us: float | None, kv_name: str) -> list[str]:
+        """The passes, preemption instants and counter samples that start before the cut, as JSON
+        texts. A preemption is at its pass's start (the scheduler preempts while planning the
+        pass); the counters at its end (the step log records the KV in use and the queue after
+        the pass)."""
         c, m, limit = self.cols, self._masks, np.inf if cut_us is None else cut_us
-        out: list[dict] = []
-        pid = (self.replica + 1).tolist()
-        start, end, dur = self.start_us.tolist(), self.end_us_.tolist(), self.dur_us.tolist()
-        n, pre, dec = (c[k].tolist() for k in ("num_seqs", "prefill_tokens", "decode_tokens"))
-        bound = [self.bound_names[b] for b in c["bound"].tolist()]
-        macro = "steps" in c
-        for i in np.flatnonzero(self.start_us < limit).tolist():
-            name = "decode pass" if not pre[i] else "prefill pass" if not dec[i] else "mixed pass"
-            args = {"batch": n[i], "tokens": pre[i] + dec[i], "prefill_tokens": pre[i], "decode_tokens": dec[i],
-                    "bound": bound[i]}
-            if macro:
-                args["passes"] = int(self.passes[i])
-            out.append({"ph": "X", "name": name, "pid": pid[i], "tid": 0, "ts": start[i], "dur": dur[i], "args": args})
-        preempted = c["preempted"].tolist()
-        for i in np.flatnonzero(m["preempted"] & (self.start_us < limit)).tolist():
-            out.append({"ph": "i", "s": "t", "name": "preempted", "pid": pid[i], "tid": 0, "ts": start[i],
-                        "args": {"count": preempted[i]}})
+        # PERF: a format string a kind of event instead of a dict each and json.dumps: the
+        # events are numbers and fixed names only, and this is most of a trace's writing time.
+        keep = np.flatnonzero(self.start_us < limit)
+        pre, dec = c["prefill_tokens"][keep], c["decode_tokens"][keep]
+        kinds = np.array(["mixed pass", "decode pass", "prefill pass"])[np.where(pre == 0, 1, np.where(dec == 0, 2, 0))]
+        bound = np.array(self.bound_names, dtype=object)[c["bound"][keep]]
+        columns = [kinds.tolist(), (self.replica[keep] + 1).tolist(), self.start_us[keep].tolist(),
+                   self.dur_us[keep].tolist(), c["num_seqs"][keep].tolist(), (pre + dec).tolist(), pre.tolist(),
+                   dec.tolist(), bound.tolist()]
+        form = ('{"ph":"X","name":"%s","pid":%d,"tid":0,"ts":%r,"dur":%r,"args":{"batch":%d,"tokens":%d,'
+                '"prefill_tokens":%d,"decode_tokens":%d,"bound":"%s"')
+        if "steps" in c:
+            form, columns = form + ',"passes":%d', columns + [self.passes[keep].tolist()]
+        out = [form % row + "}}" for row in zip(*columns)]
+        rows = np.flatnonzero(m["preempted"] & (self.start_us < limit))
+        out += ['{"ph":"i","s":"t","name":"preempted","pid":%d,"tid":0,"ts":%r,"args":{"count":%d}}' % row
+                for row in zip((self.replica[rows] + 1).tolist(), self.start_us[rows].tolist(),
+                               c["preempted"][rows].tolist())]
         for col, name, key in (("kv_used_units", kv_name, "used"), ("waiting", "waiting", "requests")):
-            values = c[col].tolist()
-            for i in np.flatnonzero(m[col] & (self.end_us_ < limit)).tolist():
-                out.append({"ph": "C", "name": name, "pid": pid[i], "tid": 0, "ts": end[i], "args": {key: values[i]}})
+            rows = np.flatnonzero(m[col] & (self.end_us_ < limit))
+            form = '{"ph":"C","name":%s,"pid":%%d,"tid":0,"ts":%%r,"args":{"%s":%%d}}' % (json.dumps(name), key)
+            out += [form % row for row in zip((self.replica[rows] + 1).tolist(), self.end_us_[rows].tolist(),
+                                               c[col][rows].tolist())]
         return out
 
 
