@@ -75,7 +75,9 @@ def test_trace_holds_every_pass_and_request_of_the_run(busy_run, tmp_path):
     assert sum(names[n] for n in PASSES) == len(steps)
     served = reqs["outcome"] != "rejected"
     assert sum(1 for e in events if e["ph"] == "X" and e["name"].startswith("r")) == served.sum() > 0
-    assert sum(1 for e in events if e["ph"] == "i" and e["name"].startswith("rejected")) == s["rejected"] > 0
+    rejected = [e for e in events if e["ph"] == "i" and e["name"].startswith("rejected")]
+    assert len(rejected) == s["rejected"] > 0
+    assert Counter(e["args"]["reason"] for e in rejected) == s["rejected_reasons"]
     preempt = [e for e in events if e["name"] == "preempted"]
     assert sum(e["args"]["count"] for e in preempt) == steps["preempted"].sum() == s["preemptions"] > 0
     assert {e["pid"] for e in events} == {1, 2}

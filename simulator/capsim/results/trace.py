@@ -7,7 +7,7 @@ microseconds of simulated time. Each replica is a process (pid = replica + 1) ho
 - tid 0 "forward passes": one complete event ("X") per pass (or per macro-step, for runs that
   record those), args batch, tokens, prefill_tokens, decode_tokens, bound; an instant event
   ("i") "preempted" at the start of a pass whose planning preempted requests, args count;
-- tid 1 "rejected": an instant event per request refused at arrival;
+- tid 1 "rejected": an instant event per request refused at arrival, args its reason;
 - tid 2 + k "slot k": lanes reused by the requests routed to the replica, each request holding
   its lane from arrival to finish (or to the end of the run when unfinished) as one complete
   event "r<id>" with its phases nested inside: "queued" (arrival to first scheduled), "prefill"
@@ -177,14 +177,14 @@ class _Requests:
         prompt, output, generated = (np.asarray(c[n]).tolist() for n in ("prompt_tokens", "output_tokens",
                                                                          "generated_tokens"))
         preempted, recomputed = np.asarray(c["preemptions"]).tolist(), np.asarray(c["recomputed_tokens"]).tolist()
-        label, passes = _labels(c["request_class"]), self.prefill_passes.tolist()
+        label, passes, reason = _labels(c["request_class"]), self.prefill_passes.tolist(), _labels(c["reject_reason"])
         out: list[dict] = []
         for i in np.flatnonzero(self.arrival < limit).tolist():
             pid, rid, arrive = int(self.replica[i]) + 1, int(self.ids[i]), float(self.arrival[i])
             args = {"class": label[i], "prompt_tokens": prompt[i], "output_tokens": output[i]}
             if self.rejected[i]:
                 out.append({"ph": "i", "s": "t", "name": f"rejected r{rid}", "pid": pid, "tid": 1, "ts": arrive,
-                            "args": args})
+                            "args": args | {"reason": reason[i]}})
                 continue
             args |= {"generated_tokens": generated[i], "preemptions": preempted[i], "recomputed_tokens": recomputed[i]}
             tid = 2 + int(self.lane[i])
