@@ -120,3 +120,16 @@ def test_damaged_parquet_is_a_clear_error(tmp_path):
     (tmp_path / "steps.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(CapsimError, match="damaged or not a Parquet table"):
         read_table_file(tmp_path / "steps.parquet")
+
+
+def test_a_per_macro_step_table_in_parquet_says_so(round_gpu_file, tmp_path, monkeypatch):
+    pytest.importorskip("pyarrow")  # the `parquet` extra
+    import pyarrow.parquet as pq
+    from capsim.sim import step_log
+
+    monkeypatch.setattr(step_log, "LARGE_RUN_STEPS", 10)
+    run = simulate(workload(round_gpu_file))
+    path = run.write(tmp_path / "o", table_format="parquet")[2]
+    assert pq.read_schema(path).metadata[b"capsim_note"].startswith(b"capsim: one row per macro-step")
+    table = read_table_file(path)
+    assert table["steps"].sum() == run.summary["num_steps"] and table["end_s"].tolist() == run.steps["end_s"].tolist()

@@ -166,3 +166,17 @@ def test_cli_trace_option(round_gpu_file, tmp_path):
     assert [p.name for p in (tmp_path / "sub").iterdir()] == ["t.json"]  # nothing partial beside it
     code, _, err = run_main("run", path, "--trace", tmp_path)
     assert code == 2 and "is a folder" in err
+
+
+def test_a_per_macro_step_run_gives_a_slice_per_macro_step(round_gpu_file, tmp_path, monkeypatch):
+    from capsim.sim import step_log
+
+    monkeypatch.setattr(step_log, "LARGE_RUN_STEPS", 10)
+    run = simulate(workload(round_gpu_file))
+    assert run.steps_per_row
+    info = run.write_trace(tmp_path / "t.json", TraceLimits(max_events=10**7))
+    events, _ = _events(tmp_path / "t.json")
+    _check_schema(events)
+    slices = [e for e in events if e["name"] in PASSES]
+    assert len(slices) == len(run.steps) and sum(e["args"]["passes"] for e in slices) == run.summary["num_steps"]
+    assert info["passes"] == run.summary["num_steps"]

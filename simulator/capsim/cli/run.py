@@ -44,8 +44,9 @@ def run(
                                                     "(replaced whole); summary.json's `files` lists them")] = None,
     steps: Annotated[bool, typer.Option("--steps", help="with --out, also write the step table (one row per forward "
                                                         "pass: 26 MB of CSV for bench-10k, most of the writing time)")] = False,
-    table_format: Annotated[str, typer.Option("--format", help="--out tables as csv or parquet (parquet: typed, "
-                                                               "compressed, fast; needs the `parquet` extra)")] = "csv",
+    table_format: Annotated[str, typer.Option("--format", help="--out's requests and steps tables as csv or "
+                                                               "parquet (typed, compressed, fast; needs the `parquet` "
+                                                               "extra)")] = "csv",
     trace: Annotated[Optional[Path], typer.Option("--trace", help="write the run as a Chrome/Perfetto trace (JSON) here: "
                                                   "open it in ui.perfetto.dev (docs/trace.md); with --seeds, the first "
                                                   "seed's run")] = None,
