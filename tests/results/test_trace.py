@@ -27,10 +27,10 @@ def _check_schema(events: list[dict]) -> None:
     for e in events:
         assert e["ph"] in ("X", "i", "C", "M") and isinstance(e["name"], str), e
         assert isinstance(e["pid"], int) and isinstance(e["tid"], int) and e["pid"] >= 1, e
-        if e["ph"] != "M":
-            assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0, e
+        if e["ph"] != "M":  # whole microseconds: exact edges in every viewer
+            assert isinstance(e["ts"], int) and e["ts"] >= 0, e
         if e["ph"] == "X":
-            assert isinstance(e["dur"], (int, float)) and e["dur"] >= 0, e
+            assert isinstance(e["dur"], int) and e["dur"] >= 0, e
         if e["ph"] == "i":
             assert e["s"] == "t", e
         if e["ph"] == "C":
@@ -50,8 +50,8 @@ def _check_nesting(events: list[dict]) -> None:
                 assert parent is None or e["ts"] >= parent["ts"] + parent["dur"], (parent, e)  # lanes never overlap
                 parent, edge = e, e["ts"]
             else:
-                assert e["ts"] == edge and e["ts"] + e["dur"] <= parent["ts"] + parent["dur"] + 1e-6, (parent, e)
-                edge = round(e["ts"] + e["dur"], 3)
+                assert e["ts"] == edge and e["ts"] + e["dur"] <= parent["ts"] + parent["dur"], (parent, e)
+                edge = e["ts"] + e["dur"]
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_trace_holds_every_pass_and_request_of_the_run(busy_run, tmp_path):
     row = steps[steps["replica"] == 0].iloc[0]
     assert first["args"]["batch"] == row["num_seqs"]
     assert first["args"]["tokens"] == row["prefill_tokens"] + row["decode_tokens"]
-    assert first["dur"] == pytest.approx(row["duration_s"] * 1e6)
+    assert first["dur"] == pytest.approx(row["duration_s"] * 1e6, abs=1)
 
 
 def test_counters_change_with_the_step_rows(busy_run, tmp_path):
@@ -114,8 +114,8 @@ def test_event_limit_cuts_at_a_time_and_says_so(busy_run, tmp_path):
     assert 0 < len(timed) <= 500 and info["events"] == len(timed)
     assert "500 events" in other["cut"]["why"] and all(e["ts"] < cut_us for e in timed)
     steps = busy_run.steps
-    assert other["passes"] == ((steps["end_s"] - steps["duration_s"]) * 1e6 < cut_us - 1e-3).sum() < len(steps)
-    assert other["requests"] == (busy_run.requests["arrival_s"] * 1e6 < cut_us).sum() < len(busy_run.requests)
+    assert other["passes"] == (np.round((steps["end_s"] - steps["duration_s"]) * 1e6) < cut_us).sum() < len(steps)
+    assert other["requests"] == (np.round(busy_run.requests["arrival_s"] * 1e6) < cut_us).sum() < len(busy_run.requests)
 
 
 def test_seconds_limit(busy_run, tmp_path):
@@ -123,7 +123,7 @@ def test_seconds_limit(busy_run, tmp_path):
     events, other = _events(tmp_path / "t.json")
     assert other["cut"]["at_s"] == 0.05 and "0.05 s" in other["cut"]["why"]
     assert all(e["ts"] < 50_000 for e in events if e["ph"] != "M")
-    assert other["requests"] == (busy_run.requests["arrival_s"] < 0.05).sum()
+    assert other["requests"] == (np.round(busy_run.requests["arrival_s"] * 1e6) < 50_000).sum()
 
 
 def test_tiny_run_by_hand(round_gpu_file, tmp_path):

@@ -3,7 +3,7 @@ ui.perfetto.dev or chrome://tracing and scroll through the passes and the reques
 
 Built from the run's records alone (the step table and the request table), in the JSON object
 format: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}. Times are in
-microseconds of simulated time. Each replica is a process (pid = replica + 1) holding:
+whole microseconds of simulated time. Each replica is a process (pid = replica + 1) holding:
 - tid 0 "forward passes": one complete event ("X") per pass (or per macro-step, for runs that
   record those), args batch, tokens, prefill_tokens, decode_tokens, bound; an instant event
   ("i") "preempted" at the start of a pass whose planning preempted requests, args count;
@@ -128,8 +128,10 @@ def _metadata(steps: StepRows, req: _Requests, cut_us: float | None) -> list[dic
 
 
 def _us(seconds: np.ndarray) -> np.ndarray:
-    """Seconds to microseconds, rounded to the nanosecond (so nested slices share their edges)."""
-    return np.round(np.asarray(seconds, dtype=np.float64) * 1e6, 3)
+    """Seconds to whole microseconds (as floats, NaN kept). Whole numbers make every edge exact:
+    a request's phases end where the next begins and inside its slice, also after a viewer
+    converts them to nanoseconds, which fractions of a microsecond do not guarantee."""
+    return np.round(np.asarray(seconds, dtype=np.float64) * 1e6)
 
 
 class _Requests:
@@ -180,7 +182,7 @@ class _Requests:
         label, passes, reason = _labels(c["request_class"]), self.prefill_passes.tolist(), _labels(c["reject_reason"])
         out: list[dict] = []
         for i in np.flatnonzero(self.arrival < limit).tolist():
-            pid, rid, arrive = int(self.replica[i]) + 1, int(self.ids[i]), float(self.arrival[i])
+            pid, rid, arrive = int(self.replica[i]) + 1, int(self.ids[i]), int(self.arrival[i])
             args = {"class": label[i], "prompt_tokens": prompt[i], "output_tokens": output[i]}
             if self.rejected[i]:
                 out.append({"ph": "i", "s": "t", "name": f"rejected r{rid}", "pid": pid, "tid": 1, "ts": arrive,
@@ -188,9 +190,9 @@ class _Requests:
                 continue
             args |= {"generated_tokens": generated[i], "preemptions": preempted[i], "recomputed_tokens": recomputed[i]}
             tid = 2 + int(self.lane[i])
-            edges = (arrive, float(self.scheduled[i]), float(self.first_token[i]), float(self.finish[i]))
+            edges = (arrive, int(self.scheduled[i]), int(self.first_token[i]), int(self.finish[i]))
             out.append({"ph": "X", "name": f"r{rid}", "pid": pid, "tid": tid, "ts": arrive,
-                        "dur": round(edges[3] - arrive, 3), "args": args})
+                        "dur": edges[3] - arrive, "args": args})
             phases = (("queued", {}), ("prefill", {"passes": passes[i]}),
                       ("decode", {"generated_tokens": generated[i]}))
             for k, (name, extra) in enumerate(phases):
@@ -198,7 +200,7 @@ class _Requests:
                     if preempted[i] and name != "queued":
                         extra = extra | {"preemptions": preempted[i], "recomputed_tokens": recomputed[i]}
                     out.append({"ph": "X", "name": name, "pid": pid, "tid": tid, "ts": edges[k],
-                                "dur": round(edges[k + 1] - edges[k], 3), "args": extra})
+                                "dur": edges[k + 1] - edges[k], "args": extra})
         return out
 
 

@@ -20,10 +20,10 @@ class StepRows:
 
     def __init__(self, cols: dict[str, np.ndarray], bound_names: tuple[str, ...], truncated: bool) -> None:
         self.cols, self.bound_names, self.truncated = cols, bound_names, truncated
-        end = np.round(cols["end_s"] * 1e6, 3)
-        self.start_us = np.round((cols["end_s"] - cols["duration_s"]) * 1e6, 3)
+        end = np.round(cols["end_s"] * 1e6)  # whole microseconds, as results.trace._us
+        self.start_us = np.round((cols["end_s"] - cols["duration_s"]) * 1e6)
         self.end_us_ = end
-        self.dur_us = np.round(end - self.start_us, 3)
+        self.dur_us = end - self.start_us
         self.replica = cols["replica"].astype(np.int64)
         self.passes = cols.get("steps", np.ones(len(end), dtype=np.int64)).astype(np.int64)
         self._by_replica = {r: np.flatnonzero(self.replica == r) for r in np.unique(self.replica).tolist()}
@@ -86,18 +86,18 @@ class StepRows:
         columns = [kinds.tolist(), (self.replica[keep] + 1).tolist(), self.start_us[keep].tolist(),
                    self.dur_us[keep].tolist(), c["num_seqs"][keep].tolist(), (pre + dec).tolist(), pre.tolist(),
                    dec.tolist(), bound.tolist()]
-        form = ('{"ph":"X","name":"%s","pid":%d,"tid":0,"ts":%r,"dur":%r,"args":{"batch":%d,"tokens":%d,'
+        form = ('{"ph":"X","name":"%s","pid":%d,"tid":0,"ts":%d,"dur":%d,"args":{"batch":%d,"tokens":%d,'
                 '"prefill_tokens":%d,"decode_tokens":%d,"bound":"%s"')
         if "steps" in c:
             form, columns = form + ',"passes":%d', columns + [self.passes[keep].tolist()]
         out = [form % row + "}}" for row in zip(*columns)]
         rows = np.flatnonzero(m["preempted"] & (self.start_us < limit))
-        out += ['{"ph":"i","s":"t","name":"preempted","pid":%d,"tid":0,"ts":%r,"args":{"count":%d}}' % row
+        out += ['{"ph":"i","s":"t","name":"preempted","pid":%d,"tid":0,"ts":%d,"args":{"count":%d}}' % row
                 for row in zip((self.replica[rows] + 1).tolist(), self.start_us[rows].tolist(),
                                c["preempted"][rows].tolist())]
         for col, name, key in (("kv_used_units", kv_name, "used"), ("waiting", "waiting", "requests")):
             rows = np.flatnonzero(m[col] & (self.end_us_ < limit))
-            form = '{"ph":"C","name":%s,"pid":%%d,"tid":0,"ts":%%r,"args":{"%s":%%d}}' % (json.dumps(name), key)
+            form = '{"ph":"C","name":%s,"pid":%%d,"tid":0,"ts":%%d,"args":{"%s":%%d}}' % (json.dumps(name), key)
             out += [form % row for row in zip((self.replica[rows] + 1).tolist(), self.end_us_[rows].tolist(),
                                                c[col][rows].tolist())]
         return out
