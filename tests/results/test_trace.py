@@ -152,7 +152,7 @@ def test_tiny_run_by_hand(round_gpu_file, tmp_path):
     # the queue after each pass: r1 waits from 25 ms (the pass ending at 30 ms), r2 from 50 ms
     assert waiting == [(10000.0, 0), (30000.0, 1), (40000.0, 0), (60000.0, 1), (70000.0, 0)]
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
-    assert names == {(1, 0): "forward passes", (1, 1): "rejected", (1, 2): "slot 0", (1, 3): "slot 1"}
+    assert names == {(1, 0): "forward passes", (1, 2): "slot 0", (1, 3): "slot 1"}  # nothing rejected: no such track
     assert other["passes"] == 9 and other["requests"] == 3 and other["cut"] is None
 
 
@@ -180,3 +180,37 @@ def test_a_per_macro_step_run_gives_a_slice_per_macro_step(round_gpu_file, tmp_p
     slices = [e for e in events if e["name"] in PASSES]
     assert len(slices) == len(run.steps) and sum(e["args"]["passes"] for e in slices) == run.summary["num_steps"]
     assert info["passes"] == run.summary["num_steps"]
+
+
+def test_requests_unfinished_at_the_horizon_end_there(round_gpu_file, tmp_path):
+    run = simulate(unit_workload(round_gpu_file, requests=120, horizon_s=1.0))
+    unfinished = run.requests[run.requests["outcome"] == "unfinished"]
+    assert len(unfinished) > 0
+    run.write_trace(tmp_path / "t.json")
+    events, other = _events(tmp_path / "t.json")
+    _check_schema(events)
+    _check_nesting(events)
+    ends = {e["name"]: e["ts"] + e["dur"] for e in events if e["ph"] == "X" and e["tid"] >= 2 and e["name"][0] == "r"}
+    assert all(ends[f"r{rid}"] == 1_000_000 for rid in unfinished["request_id"])
+    assert other["requests"] == run.summary["arrived"]
+
+
+def test_step_parts_are_read_as_far_as_the_limits_need():
+    """Parts in end-time order; replica 1's long pass starts before the time limit but ends in a
+    later part, so reading stops only once every replica has passed the limit."""
+    from capsim.results.trace_steps import read_steps
+
+    def part(ends, durations, replicas):
+        n = len(ends)
+        zeros = np.zeros(n, np.int32)
+        return {"end_s": np.array(ends, float), "duration_s": np.array(durations, float),
+                "replica": np.array(replicas, np.int16), "num_seqs": zeros + 1, "prefill_tokens": zeros,
+                "decode_tokens": zeros + 1, "bound": np.zeros(n, np.int8), "kv_used_units": zeros,
+                "waiting": zeros, "preempted": zeros}
+
+    parts = [part([1.0, 2.0], [1.0, 1.0], [0, 0]), part([3.0, 4.0], [1.0, 1.0], [0, 0]),
+             part([4.5, 5.0], [4.0, 1.0], [1, 0]), part([6.0], [1.0], [1])]
+    steps = read_steps(iter(parts), 100, 2.5, replicas=2)
+    assert (steps.start_us / 1e6).tolist() == [0.0, 1.0, 2.0, 0.5] and not steps.truncated
+    steps = read_steps(iter(parts), 3, None, replicas=2)
+    assert len(steps.start_us) == 3 and steps.truncated and steps.horizon_us == 3e6

@@ -101,7 +101,8 @@ class RunResult:
     def write_trace(self, path: Path, limits: TraceLimits = TraceLimits()) -> dict:
         """The run as a Chrome/Perfetto trace (results.trace), written whole to `path`; returns
         what it holds and what was cut (the file's `otherData`)."""
-        return write_trace(path, self.summary, self._request_table(), self._step_parts(), limits)
+        return write_trace(path, self.summary, self._request_table(), self._step_parts(), limits,
+                           self.setup.workload.horizon_s)
 
 
 def step_table(columns: Callable[[], dict[str, np.ndarray]]) -> dict[str, Column]:

@@ -7,7 +7,8 @@ whole microseconds of simulated time. Each replica is a process (pid = replica +
 - tid 0 "forward passes": one complete event ("X") per pass (or per macro-step, for runs that
   record those), args batch, tokens, prefill_tokens, decode_tokens, bound; an instant event
   ("i") "preempted" at the start of a pass whose planning preempted requests, args count;
-- tid 1 "rejected": an instant event per request refused at arrival, args its reason;
+- tid 1 "rejected" (where there are any): an instant event per request refused at arrival, args
+  its reason;
 - tid 2 + k "slot k": lanes reused by the requests routed to the replica, each request holding
   its lane from arrival to finish (or to the end of the run when unfinished) as one complete
   event "r<id>" with its phases nested inside: "queued" (arrival to first scheduled), "prefill"
@@ -49,10 +50,12 @@ class TraceLimits:
 
 
 def write_trace(path: Path, summary: dict, requests: Mapping[str, Column],
-                step_parts: Iterable[Mapping[str, Column]], limits: TraceLimits = TraceLimits()) -> dict:
+                step_parts: Iterable[Mapping[str, Column]], limits: TraceLimits = TraceLimits(),
+                horizon_s: float | None = None) -> dict:
     """Write the trace of a run to `path` whole (through a temporary file beside it, renamed into
-    place); return its `otherData` (what it holds and what was cut)."""
-    events, other = trace_events(summary, requests, step_parts, limits)
+    place); return its `otherData` (what it holds and what was cut). horizon_s: the run's
+    horizon, if it had one (where requests still queued or running end)."""
+    events, other = trace_events(summary, requests, step_parts, limits, horizon_s)
     path = Path(path)
     tmp = path.parent / f".{path.name}.partial-{secrets.token_hex(4)}"
     try:
@@ -67,12 +70,12 @@ def write_trace(path: Path, summary: dict, requests: Mapping[str, Column],
 
 
 def trace_events(summary: dict, requests: Mapping[str, Column], step_parts: Iterable[Mapping[str, Column]],
-                 limits: TraceLimits = TraceLimits()) -> tuple[list[str], dict]:
+                 limits: TraceLimits = TraceLimits(), horizon_s: float | None = None) -> tuple[list[str], dict]:
     """The trace's events, each as JSON text (the track names first), and its `otherData` (see
     the module docstring)."""
     setup = summary.get("setup", {})
-    steps = read_steps(step_parts, limits.max_events, limits.until_s, int(setup.get("replicas") or 1))
-    req = _Requests(requests, steps)
+    steps = read_steps(step_parts, limits.max_events, limits.until_s, int(summary.get("replicas") or 1))
+    req = _Requests(requests, steps, horizon_s * 1e6 if horizon_s else 0.0)
     starts = np.concatenate([steps.event_starts_us(), req.event_starts_us()])
     cut_us, why = _cut(np.sort(starts), steps, limits)
     # Grouped by kind, not sorted by time: the viewers sort; a request's slice comes before the
@@ -120,8 +123,9 @@ def _metadata(steps: StepRows, req: _Requests, cut_us: float | None) -> list[dic
         pid = replica + 1
         meta += [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"replica {replica}"}},
                  {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": replica}},
-                 {"ph": "M", "name": "thread_name", "pid": pid, "tid": 0, "args": {"name": "forward passes"}},
-                 {"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "rejected"}}]
+                 {"ph": "M", "name": "thread_name", "pid": pid, "tid": 0, "args": {"name": "forward passes"}}]
+        if req.rejections(replica, cut_us):
+            meta.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "rejected"}})
         for lane in range(req.lanes_used(replica, cut_us)):
             meta.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 2 + lane, "args": {"name": f"slot {lane}"}})
     return meta
@@ -137,13 +141,15 @@ def _us(seconds: np.ndarray) -> np.ndarray:
 class _Requests:
     """The request table's rows as lanes and slices."""
 
-    def __init__(self, cols: Mapping[str, Column], steps: StepRows) -> None:
+    def __init__(self, cols: Mapping[str, Column], steps: StepRows, end_us: float) -> None:
+        """end_us: the run's end, if known (0: its last pass or arrival), where a request still
+        queued or running then ends."""
         outcome = cols["outcome"]
         assert isinstance(outcome, Labels)
         self.ids = np.asarray(cols["request_id"])
         self.replica = np.asarray(cols["replica"]).astype(np.int64)
         self.arrival = _us(cols["arrival_s"])
-        run_end = max(steps.end_us, float(self.arrival.max()) if len(self.arrival) else 0.0)
+        run_end = max(end_us, steps.end_us, float(self.arrival.max()) if len(self.arrival) else 0.0)
         self.rejected = np.asarray(outcome.codes) == list(outcome.names).index("rejected") \
             if "rejected" in outcome.names else np.zeros(len(self.ids), bool)
         fill = lambda name: np.where(np.isnan(np.asarray(cols[name])), run_end, _us(cols[name]))  # noqa: E731
@@ -167,6 +173,9 @@ class _Requests:
 
     def count_before(self, cut_us: float | None) -> int:
         return int(len(self.arrival) if cut_us is None else (self.arrival < cut_us).sum())
+
+    def rejections(self, replica: int, cut_us: float | None) -> int:
+        return int(((self.replica == replica) & self.rejected & (self.arrival < (np.inf if cut_us is None else cut_us))).sum())
 
     def lanes_used(self, replica: int, cut_us: float | None) -> int:
         keep = (self.replica == replica) & ~self.rejected & (self.arrival < (np.inf if cut_us is None else cut_us))
