@@ -162,10 +162,19 @@ def test_cli_trace_option(round_gpu_file, tmp_path):
     assert code == 0, err
     events, other = _events(tmp_path / "sub" / "t.json")
     assert sum(e["ph"] != "M" for e in events) <= 100 and other["cut"] is not None
-    assert "t.json (" in err and "stops at" in err
+    assert "t.json: " in err and "stops at" in err
     assert [p.name for p in (tmp_path / "sub").iterdir()] == ["t.json"]  # nothing partial beside it
     code, _, err = run_main("run", path, "--trace", tmp_path)
     assert code == 2 and "is a folder" in err
+    # into the --out folder: written with it and listed in its manifest, so the folder can be replaced
+    for _ in range(2):
+        code, _, err = run_main("run", path, "--out", tmp_path / "o", "--trace", tmp_path / "o" / "trace.json")
+        assert code == 0, err
+    manifest = json.loads((tmp_path / "o" / "capsim-output.json").read_text())
+    assert manifest["files"] == ["requests.csv", "summary.json", "trace.json"]
+    for bad, says in (("summary.json", "name the trace otherwise"), ("x/t.json", "written whole")):
+        code, _, err = run_main("run", path, "--out", tmp_path / "o", "--trace", tmp_path / "o" / bad)
+        assert code == 2 and says in err, err
 
 
 def test_a_per_macro_step_run_gives_a_slice_per_macro_step(round_gpu_file, tmp_path, monkeypatch):

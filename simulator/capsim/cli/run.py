@@ -76,7 +76,7 @@ def run(
                      engine=engine, tp=tp)
     goals, prices, qs = _goals(workload, slo, goodput_share), _prices(price_per_hour), parse_percentiles(percentiles)
     outputs = _outputs("run", out_dir, plots)
-    files = _run_files(table_format, steps, trace, trace_events, trace_seconds, out_dir is not None)
+    files = _run_files(table_format, steps, trace, trace_events, trace_seconds, out_dir)
     if seeds is not None:
         return _run_seeds(workload, seeds, overrides, workers, dask_scheduler, outputs, as_json, step_by_step,
                           goals, prices, qs, files)
@@ -96,11 +96,11 @@ def run(
     files.write_trace(result)
 
 
-def _run_files(table_format, steps, trace, trace_events, trace_seconds, has_out):
+def _run_files(table_format, steps, trace, trace_events, trace_seconds, out_dir):
     """The files options, checked before the run (format, pyarrow, the trace's path)."""
     from capsim.cli.run_files import RunFiles
 
-    return RunFiles.checked(table_format, steps, trace, trace_events, trace_seconds, has_out)
+    return RunFiles.checked(table_format, steps, trace, trace_events, trace_seconds, out_dir)
 
 
 def _print_result(result) -> None:
