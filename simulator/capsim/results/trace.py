@@ -82,7 +82,7 @@ def trace_events(summary: dict, requests: Mapping[str, Column], step_parts: Iter
     # phases it holds, so a viewer that keeps the order of equal times nests them right.
     events = steps.events(cut_us, _kv_name(setup)) + [_json(e) for e in req.events(cut_us)]
     meta = [_json(e) for e in _metadata(steps, req, cut_us)]
-    other = {"capsim": "run trace", "workload": setup.get("workload"), "time_unit": "microseconds of simulated time",
+    other = {"capsim": "run trace", "workload": setup.get("workload"), "time_unit": "whole microseconds of simulated time",
              "events": len(events), "passes": steps.count_before(cut_us), "passes_in_run": summary.get("num_steps"),
              "requests": req.count_before(cut_us), "requests_in_run": summary.get("arrived"),
              "cut": None if cut_us is None else {"at_s": cut_us / 1e6, "why": why,
