@@ -67,7 +67,7 @@ def test_run_with_seeds_and_plots(run_cli, wfile, tmp_path):
                              "--workers", "1")
     assert code == 0, err
     assert "3 seeds" in out and "mean ± 95%" in out and "< 100 samples" in out
-    assert {"summary.json", "requests.csv", "steps.csv", "seeds.csv", "confidence.csv", "capsim-output.json"} == {
+    assert {"summary.json", "requests.csv", "seeds.csv", "confidence.csv", "capsim-output.json"} == {  # steps: --steps
         p.name for p in (tmp_path / "r").iterdir()}
     assert len(list((tmp_path / "p").glob("*.png"))) == 4
     seeds = pd.read_csv(tmp_path / "r" / "seeds.csv")

@@ -212,7 +212,7 @@ def _check(folder: Path, workload: bytes, gpu: bytes = b"", extra: dict | None =
         (folder / name).write_bytes(data)
         named.add(name)
     out = folder / "out"
-    code, stdout, err = run_main("run", folder / "w.yaml", "--json", "--out", out)
+    code, stdout, err = run_main("run", folder / "w.yaml", "--json", "--out", out, "--steps")
     assert "Traceback" not in err and code in (0, 2), (code, err[-2000:])
     event("clean error" if code == 2 else "run")
     if code == 2:

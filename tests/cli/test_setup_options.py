@@ -48,9 +48,9 @@ def test_a_run_said_with_flags_only(tmp_path):
 
 def test_saved_workload_runs_the_same_simulation(tmp_path):
     saved, first, again = tmp_path / "w.yaml", tmp_path / "first", tmp_path / "again"
-    code, _, err = run_main("run", *FLAGS, "--save-workload", saved, "--out", first)
+    code, _, err = run_main("run", *FLAGS, "--save-workload", saved, "--out", first, "--steps")
     assert code == 0 and f"wrote {saved}" in err, err
-    assert run_main("run", saved, "--out", again)[0] == 0
+    assert run_main("run", saved, "--out", again, "--steps")[0] == 0
     for name in ("requests.csv", "steps.csv"):
         assert (first / name).read_bytes() == (again / name).read_bytes()
     summaries = [json.loads((d / "summary.json").read_text()) for d in (first, again)]

@@ -118,13 +118,13 @@ def test_the_cli_refuses_another_commands_folder_before_simulating_and_replaces_
 
 
 def test_ctrl_c_while_a_run_writes_its_files_leaves_nothing_that_looks_complete(tmp_path, monkeypatch):
-    import capsim.api.run_result
+    import capsim.results.table_files
 
     def interrupted(parts, fh, names):
         fh.write("partial,row\n")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(capsim.api.run_result, "write_parts", interrupted)  # steps.csv is written last
+    monkeypatch.setattr(capsim.results.table_files, "write_parts", interrupted)  # the tables come after summary.json
     code, _, err = run_main("run", "workloads/chat.yaml", "--requests", "20", "--out", tmp_path / "run")
     assert code == 130 and err.strip() == "interrupted"
     assert list(tmp_path.iterdir()) == []

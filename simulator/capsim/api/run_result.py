@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,9 +13,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from capsim.api.setup import Setup
-from capsim.results.csv_out import Column, Labels, as_dataframe, write_parts, write_table
+from capsim.results.csv_out import Column, Labels, as_dataframe
 from capsim.results.steady import Window
 from capsim.results.summary import BOUND_NAMES, REQUEST_TEXT_COLUMNS, Gaps
+from capsim.results.table_files import SUFFIX, check_format, write_table_file
+from capsim.results.trace import TraceLimits, write_trace
 from capsim.sim.step_log import STEP_COLUMNS
 
 if TYPE_CHECKING:
@@ -57,10 +58,12 @@ class RunResult:
             self._steps = as_dataframe(self._step_table(), codes=("bound",))
         return self._steps
 
-    def summary_json(self, provenance: bool = False) -> str:
+    def summary_json(self, provenance: bool = False, files: dict | None = None) -> str:
         """The summary as JSON; with `provenance` (summary.json, --json) also where it came from
-        (capsim.results.provenance: version, date, inputs), which differs between reruns."""
+        (capsim.results.provenance: version, date, inputs), which differs between reruns; with
+        `files` (summary.json) which tables the folder holds, in which format."""
         data = self.summary | {"provenance": self.provenance} if provenance else self.summary
+        data = data | {"files": files} if files is not None else data
         return json.dumps(data, indent=2, sort_keys=False, allow_nan=True) + "\n"
 
     def fingerprint(self) -> str:
@@ -74,22 +77,33 @@ class RunResult:
             digest.update(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes())
         return digest.hexdigest()[:16]
 
-    def write(self, out_dir: Path) -> list[Path]:
-        """summary.json, requests.csv, steps.csv (one row per forward pass, or per macro-step for
-        very large runs: then the file starts with a '#' line saying so, and the table is written
-        a chunk of macro-steps at a time, never held whole) under out_dir. The CSVs are the text
-        pandas' to_csv writes for these tables (capsim.results.csv_out)."""
+    def write(self, out_dir: Path, table_format: str = "csv", steps: bool = True) -> list[Path]:
+        """summary.json, requests.csv and (with `steps`) steps.csv under out_dir, or .parquet
+        tables with table_format "parquet" (results.table_files); summary.json's `files` says
+        which. The step table has one row per forward pass, or per macro-step for very large runs
+        (then its note says so, and it is written a chunk of macro-steps at a time, never held
+        whole). The CSVs are the text pandas' to_csv writes for these tables (results.csv_out)."""
+        check_format(table_format)
         out_dir.mkdir(parents=True, exist_ok=True)
-        paths = [out_dir / "summary.json", out_dir / "requests.csv", out_dir / "steps.csv"]
-        paths[0].write_text(self.summary_json(provenance=True))
-        with open(paths[1], "w", newline="") as fh:
-            write_table(self._request_table(), fh)
-        with open(paths[2], "w", newline="") as fh:
-            if self.steps_per_row:
-                fh.write("# capsim: one row per macro-step (its last pass's state; duration, tokens, FLOPs and "
-                         "bytes summed over the `steps` forward passes it holds)" + os.linesep)
-            write_parts(self._step_parts(), fh, STEP_COLUMNS + (("steps",) if self.steps_per_row else ()))
+        suffix = SUFFIX[table_format]
+        files = {"format": table_format, "requests": f"requests{suffix}", "steps": f"steps{suffix}" if steps else None}
+        summary = out_dir / "summary.json"
+        summary.write_text(self.summary_json(provenance=True, files=files))
+        requests = self._request_table()
+        paths = [summary, write_table_file(out_dir, "requests", [requests], tuple(requests), table_format)]
+        if steps:
+            note = ("capsim: one row per macro-step (its last pass's state; duration, tokens, FLOPs and bytes summed "
+                    "over the `steps` forward passes it holds)") if self.steps_per_row else None
+            paths.append(write_table_file(out_dir, "steps", self._step_parts(),
+                                          STEP_COLUMNS + (("steps",) if self.steps_per_row else ()), table_format, note))
         return paths
+
+    def write_trace(self, path: Path, limits: TraceLimits = TraceLimits()) -> dict:
+        """The run as a Chrome/Perfetto trace (results.trace), written whole to `path`; returns
+        what it holds and what was cut (the file's `otherData`)."""
+        return write_trace(path, self.summary, self._request_table(), self._step_parts(), limits,
+                           self.setup.workload.horizon_s)
+
 
 def step_table(columns: Callable[[], dict[str, np.ndarray]]) -> dict[str, Column]:
     """The step log's columns with `bound` as names (steps.csv)."""

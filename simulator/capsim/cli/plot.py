@@ -1,12 +1,12 @@
 """`capsim plot`: the figures of a saved run, sweep, compare or capacity search, redrawn from the
-CSV/JSON files its --out folder holds."""
+CSV or Parquet tables and JSON files its --out folder holds."""
 
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from capsim.cli.common import SloOpt, _outputs, _wrote
+from capsim.cli.common import SloOpt, _outputs, _wrote, err
 from capsim.errors import CapsimError, quote
 
 
@@ -29,4 +29,15 @@ def plot(
                           "search wrote with --out.")
     outputs = _outputs("plots", None, out_dir or run_dir / "plots", option="--out")
     _wrote(outputs.save(lambda folder: [], lambda folder: plot_saved(run_dir, folder, goals)))
+    _no_steps_note(run_dir)
+
+
+def _no_steps_note(run_dir: Path) -> None:
+    """Say which figures a run folder without a step table could not give."""
+    from capsim.results.table_files import find_table
+
+    if (run_dir / "summary.json").is_file() and find_table(run_dir, "steps") is None:
+        err.print(f"note: {run_dir} has no step table (the run was written without --steps): the KV memory, batch "
+                  "size and slot figures need it; rerun with `capsim run ... --out DIR --steps`.",
+                  highlight=False, soft_wrap=True)
 

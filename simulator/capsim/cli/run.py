@@ -10,8 +10,8 @@ import typer
 from rich.text import Text
 
 from capsim.cli.common import (DaskOpt, PercentilesOpt, PlotsOpt, PriceOpt, ShareOpt, SloOpt, WorkersOpt, _dask_warning,
-                               Workload, _goals, _outputs, _prices, _progress, _wrote, err, out, setup_options,
-                               workload_for)
+                               Workload, _goals, _outputs, _prices, _progress, _wrote, err, finite_float, out,
+                               setup_options, workload_for)
 from capsim.cli.report_option import ReportOpt, check_report, write_report
 
 
@@ -20,8 +20,21 @@ def run(
     workload: Annotated[Optional[Path], typer.Argument(help="workload YAML (see workloads/); optional: the set-up "
                                                         "flags can say it all (docs/recipes.md)")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="also print the cost model's working for a typical step")] = False,
-    out_dir: Annotated[Optional[Path], typer.Option("--out", help="write summary.json, requests.csv, steps.csv here: a new "
-                                                    "or empty folder, or an earlier run's (replaced whole)")] = None,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", help="write summary.json and requests.csv (with --steps also "
+                                                    "steps.csv) here: a new or empty folder, or an earlier run's "
+                                                    "(replaced whole); summary.json's `files` lists them")] = None,
+    steps: Annotated[bool, typer.Option("--steps", help="with --out, also write the step table (one row per forward "
+                                                        "pass: 26 MB of CSV for bench-10k, most of the writing time)")] = False,
+    table_format: Annotated[str, typer.Option("--format", help="--out's requests and steps tables as csv or "
+                                                               "parquet (typed, compressed, fast; needs the `parquet` "
+                                                               "extra)")] = "csv",
+    trace: Annotated[Optional[Path], typer.Option("--trace", help="write the run as a Chrome/Perfetto trace (JSON) here: "
+                                                  "open it in ui.perfetto.dev (docs/trace.md); with --seeds, the first "
+                                                  "seed's run")] = None,
+    trace_events: Annotated[int, typer.Option("--trace-events", min=1, help="--trace: at most this many events; "
+                                              "the trace stops at the time they run out")] = 200_000,
+    trace_seconds: Annotated[Optional[float], typer.Option("--trace-seconds", parser=finite_float,
+                                                           help="--trace: only the first this many simulated seconds")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print summary.json instead of the result block")] = False,
     step_by_step: Annotated[bool, typer.Option(help="no macro-steps: one event per step and per arrival (slower; same results)")] = False,
     slo: SloOpt = None, goodput_share: ShareOpt = None, price_per_hour: PriceOpt = None,
@@ -51,8 +64,10 @@ def run(
     goals, prices, qs = _goals(job.workload, slo, goodput_share), _prices(price_per_hour), parse_percentiles(percentiles)
     outputs = _outputs("run", out_dir, plots)
     check_report(report)
+    files = _run_files(table_format, steps, trace, trace_events, trace_seconds, out_dir)
     if seeds is not None:
-        return _run_seeds(job, seeds, workers, dask_scheduler, outputs, as_json, step_by_step, goals, prices, qs, report)
+        return _run_seeds(job, seeds, workers, dask_scheduler, outputs, as_json, step_by_step, goals, prices, qs,
+                          report, files)
     with _progress(f"{job.label}, requests finished", auto_refresh=False) as tick:
         result = simulate(job.workload, macro_steps=not step_by_step, progress=tick, objectives=goals, percentiles=qs,
                           price=prices, **job.overrides)
@@ -65,8 +80,16 @@ def run(
         from capsim.report.explain import explain_run
 
         print(explain_run(result))
-    _wrote(outputs.save(result.write, lambda folder: _run_figures(result, folder, goals)))
+    _wrote(outputs.save(lambda folder: files.write(result, folder), lambda folder: _run_figures(result, folder, goals)))
+    files.write_trace(result)
     _wrote(write_report(report, result, goals))
+
+
+def _run_files(table_format, steps, trace, trace_events, trace_seconds, out_dir):
+    """The files options, checked before the run (format, pyarrow, the trace's path)."""
+    from capsim.cli.run_files import RunFiles
+
+    return RunFiles.checked(table_format, steps, trace, trace_events, trace_seconds, out_dir)
 
 
 def _print_result(result) -> None:
@@ -119,7 +142,7 @@ def _save_workload(job: Workload, path: Path) -> Workload:
 
 
 def _run_seeds(job, seeds, workers, dask_scheduler, outputs, as_json, step_by_step, goals, prices, qs,
-               report=None) -> None:
+               report, files) -> None:
     from capsim.planning.seeds import run_seeds
     from capsim.report.planning_tables import frame_json, rich, seeds_view
 
@@ -133,7 +156,8 @@ def _run_seeds(job, seeds, workers, dask_scheduler, outputs, as_json, step_by_st
     else:
         st = res.first.summary["setup"]
         out.print(rich(f"{st['workload']}: {st['model']} on {st['gpu']}, {seeds} seeds", seeds_view(res.table)))
-    _wrote(outputs.save(lambda folder: res.first.write(folder) + res.write(folder),
+    _wrote(outputs.save(lambda folder: files.write(res.first, folder) + res.write(folder),
                         lambda folder: _run_figures(res.first, folder, goals)))
+    files.write_trace(res.first)
     _wrote(write_report(report, res, goals))
 

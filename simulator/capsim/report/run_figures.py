@@ -237,30 +237,37 @@ def slot_gantt(requests: pd.DataFrame, steps: pd.DataFrame, setup: dict) -> Figu
     return fig
 
 
-def plot_run(summary: dict, requests: pd.DataFrame, steps: pd.DataFrame, out_dir: Path,
+def plot_run(summary: dict, requests: pd.DataFrame, steps: pd.DataFrame | None, out_dir: Path,
              slo_lines: list | None = None) -> list[Path]:
     """Every run figure (latency CDFs, KV memory, batch size, and for runs of at most
-    GANTT_MAX_REQUESTS scheduled requests the slot Gantt) as PNG + SVG."""
+    GANTT_MAX_REQUESTS scheduled requests the slot Gantt) as PNG + SVG; without a step table (a
+    folder written without --steps) only the latency CDFs."""
     setup = summary["setup"]
-    figures = {"latency_cdf": latency_cdfs(requests, setup, slo_lines), "kv_memory": kv_memory(steps, setup),
-               "batch_size": batch_over_time(steps, setup)}
-    if gantt_readable(requests):
-        figures["slot_gantt"] = slot_gantt(requests, steps, setup)
+    figures = {"latency_cdf": latency_cdfs(requests, setup, slo_lines)}
+    if steps is not None:
+        figures |= {"kv_memory": kv_memory(steps, setup), "batch_size": batch_over_time(steps, setup)}
+        if gantt_readable(requests):
+            figures["slot_gantt"] = slot_gantt(requests, steps, setup)
     return [p for stem, fig in figures.items() for p in save(fig, out_dir, stem)]
 
 
-def read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
-    """(summary, requests, steps) from the files `capsim run --out DIR` writes."""
+def read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame | None]:
+    """(summary, requests, steps) from the files `capsim run --out DIR` writes, CSV or Parquet;
+    steps is None when the folder has no step table (written without --steps)."""
+    from capsim.results.table_files import find_table, read_table_file
+
     run_dir = Path(run_dir)
-    names = ("summary.json", "requests.csv", "steps.csv")
-    missing = [n for n in names if not (run_dir / n).is_file()]
+    requests, steps = find_table(run_dir, "requests"), find_table(run_dir, "steps")
+    missing = [n for n, found in (("summary.json", (run_dir / "summary.json").is_file()),
+                                  ("requests.csv", requests is not None)) if not found]
     if missing:
         raise CapsimError(f"{run_dir}: not a run directory: {', '.join(missing)} missing "
                           "(write one with `capsim run WORKLOAD --out DIR`).")
-    summary = read_json(run_dir / names[0])
+    summary = read_json(run_dir / "summary.json")
     if not isinstance(summary, dict) or not isinstance(summary.get("setup"), dict):
-        raise CapsimError(f"{run_dir / names[0]}: not a run summary (no 'setup' block); was it written by `capsim run`?")
-    return summary, read_csv(run_dir / names[1]), read_csv(run_dir / names[2])
+        raise CapsimError(f"{run_dir / 'summary.json'}: not a run summary (no 'setup' block); was it written by "
+                          "`capsim run`?")
+    return summary, read_table_file(requests), read_table_file(steps) if steps is not None else None
 
 
 def read_json(path: Path):
@@ -275,14 +282,9 @@ def read_json(path: Path):
 
 def read_csv(path: Path) -> pd.DataFrame:
     """A saved CSV table; a damaged one is a CapsimError naming it."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            notes = fh.read(1) == "#"  # a large run's steps.csv opens with one '#' line saying what a row is
-        return pd.read_csv(path, skiprows=1 if notes else 0)
-    except OSError as exc:
-        raise CapsimError(f"{path}: cannot read it ({exc.strerror or exc}).") from None
-    except (ValueError, pd.errors.ParserError) as exc:  # parser errors, empty files, undecodable bytes
-        raise CapsimError(f"{path}: damaged or not a CSV table ({str(exc)[:100]}); write it again with capsim.") from None
+    from capsim.results.table_files import read_table_file
+
+    return read_table_file(path)
 
 
 def plot_run_dir(run_dir: Path, out_dir: Path | None = None, slo_lines: list | None = None) -> list[Path]:
