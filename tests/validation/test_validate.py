@@ -112,6 +112,13 @@ def test_a_concurrency_sweep_without_a_rate_is_a_closed_loop(points):
     assert alone.requests == 1 and alone.prompt_tokens.value == 5000
 
 
+def test_a_max_concurrency_run_on_sharegpt_is_a_closed_loop_with_the_stated_means(points):
+    w = workload_for(points["gpustack-vllm0110-h100sxm-qwen3-8b-bf16-sharegpt-c2-ttft"])  # vllm bench serve
+    assert w.engine == "vllm"  # "v0.11.0": the V1 profile
+    assert (w.arrivals.kind, w.arrivals.users, w.requests) == ("closed_loop", 2, 100)
+    assert (w.prompt_tokens.dist, w.prompt_tokens.mean, w.output_tokens.mean) == ("lognormal", 232.6, 220.61)
+
+
 def test_disaggregated_points_are_skipped_with_the_reason(points):
     disaggregated = [p for p in points.values() if p["group"] == "disaggregated"]
     assert disaggregated

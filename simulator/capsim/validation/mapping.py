@@ -38,7 +38,7 @@ SOURCE_CONDITIONS = {
 
 def engine_for(point: dict) -> str:
     """The engine profile of a point's engine and version (capsim/data/engines.yaml)."""
-    engine, version = str(point["engine"]), str(point.get("engine_version", ""))
+    engine, version = str(point["engine"]), str(point.get("engine_version", "")).removeprefix("v")
     if engine == "llama.cpp":
         old = any(tag in version for tag in ("b1671", "Dec 2023", "2024-01", "January 2024", "#4766"))
         return "llama.cpp@2024-01" if old else "llama.cpp"
