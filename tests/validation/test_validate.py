@@ -139,6 +139,24 @@ def test_points_read_off_one_run_share_one_simulation(points):
     assert run_point(ttft).predicted == a.predicted  # the same simulation as the point's own
 
 
+def test_a_steady_window_too_short_is_simulated_again_with_twice_the_requests(points, monkeypatch):
+    import capsim.validation.runner as runner
+
+    seen = []
+
+    class Run:
+        def __init__(self, w):
+            seen.append(w.requests)
+            self.summary = {"saturation": {"too_short": len(seen) == 1}, "mean_ttft_ms": 1.0}
+
+    monkeypatch.setattr(runner, "simulate", Run)
+    w = workload_for(points["mlperf51-nebius-h200x8-server-ttft-mean"])  # a long MLPerf run: steady window
+    assert runner._steady_summary(w)["mean_ttft_ms"] == 1.0 and seen == [w.requests, 2 * w.requests]
+    seen.clear()
+    runner._steady_summary(workload_for(points["mlperf51-nebius-h200x8-offline-tokens"]))  # measured whole: once
+    assert len(seen) == 1
+
+
 def test_fast_points_run_end_to_end():
     outcomes = run_suite(SUITE, only=FAST, workers=1)
     by_id = {o.id: o for o in outcomes}
