@@ -7,7 +7,8 @@ import math
 import pytest
 from capsim.cli.app import app
 from capsim.errors import CapsimError
-from capsim.validation.runner import GROUPS, Outcome, find_suite, group_rows, load_points, mape, render, run_point, run_suite, write
+from capsim.validation.runner import (GROUPS, Outcome, _shared_runs, find_suite, group_rows, load_points, mape, render, run_point,
+                                      run_points, run_suite, write)
 from capsim.validation.mapping import Skip, engine_for, kv_format_for, predicted_value, workload_for
 from typer.testing import CliRunner
 from helpers import REPO
@@ -63,11 +64,37 @@ def test_sglang_random_lengths_are_uniform_up_to_the_stated_length(points):
     assert (w.engine, w.tp, w.gpu) == ("sglang@0.3", 4, "h200")
 
 
-def test_mlperf_points_are_skipped_until_the_dataset_prompt_length_is_known(points):
-    with pytest.raises(Skip, match="OpenOrca"):
-        workload_for(points["mlperf41-nvidia-h200x8-offline-tokens"])
+def test_mlperf_prompts_follow_the_published_openorca_histogram(points):
+    w = workload_for(points["mlperf41-nvidia-h200x8-offline-tokens"])
+    prompts = w.prompt_tokens
+    assert prompts.dist == "empirical" and sum(prompts.weights) == 24576  # every sample of the set, once
+    mean = sum(v * c for v, c in zip(prompts.values, prompts.weights)) / 24576
+    assert abs(mean - 222.33) < 0.01 and max(prompts.values) == 1021 < 1024  # processorca.py keeps < 1024
+    assert w.output_tokens.value == 291  # the point's mean from its two printed rates (291.3)
+
+
+def test_mlperf_systems_run_their_stated_copies_and_settings(points):
+    offline = workload_for(points["mlperf41-nvidia-h200x8-offline-tokens"])  # 8 x TP1, gpu_batch_size 806
+    assert (offline.tp, offline.replicas, offline.scheduler.max_num_seqs, offline.scheduler.max_num_batched_tokens,
+            offline.gpu_memory_utilization) == (1, 8, 806, 4096, 0.9)
+    assert offline.arrivals.kind == "all_at_once" and offline.requests == 4 * 806 * 8 and offline.measure.whole_run
+    h100 = workload_for(points["mlperf41-nvidia-dgxh100x8-server-ttft-p99"])  # 4 copies of TP2
+    assert (h100.tp, h100.replicas, h100.scheduler.max_num_seqs) == (2, 4, 1024)
+    assert h100.arrivals.kind == "poisson" and h100.arrivals.rate_per_s == 75.1
+    assert h100.requests == int(75.1 * 240) and not h100.measure.whole_run  # a steady window of a long run
+    nebius = workload_for(points["mlperf51-nebius-h200x8-interactive-ttft-mean"])
+    assert (nebius.replicas, nebius.scheduler.max_num_batched_tokens, nebius.scheduler.block_size) == (8, 256, 32)
+
+
+def test_mlperf_points_that_cannot_be_mapped_say_why(points):
+    with pytest.raises(Skip, match="Llama 2 tokens"):  # Krai serves Llama 3.1 (another tokenizer)
+        workload_for(points["mlperf51-krai-h200x8-vllm092-offline-tokens"])
     with pytest.raises(Skip, match="vLLM 0.4.3"):  # no profile for AMD's vLLM 0.4 fork
         engine_for(points["mlperf41-amd-mi300x8-offline-tokens"])
+    with pytest.raises(Skip, match="V0 engine with multi-step"):  # AMD v5.1: vLLM 0.9 V0, num_scheduler_steps 11
+        engine_for(points["mlperf51-amd-mi300x8-offline-tokens"])
+    with pytest.raises(Skip, match="server_flags swap_space not understood"):
+        workload_for({**points["mlperf41-nvidia-h200x8-offline-tokens"], "server_flags": {"swap_space": 4}})
     assert engine_for(points["mlperf51-krai-h200x8-vllm092-server-ttft-mean"]) == "vllm"  # V1
 
 
@@ -85,12 +112,49 @@ def test_a_concurrency_sweep_without_a_rate_is_a_closed_loop(points):
     assert alone.requests == 1 and alone.prompt_tokens.value == 5000
 
 
+def test_a_max_concurrency_run_on_sharegpt_is_a_closed_loop_with_the_stated_means(points):
+    w = workload_for(points["gpustack-vllm0110-h100sxm-qwen3-8b-bf16-sharegpt-c2-ttft"])  # vllm bench serve
+    assert w.engine == "vllm"  # "v0.11.0": the V1 profile
+    assert (w.arrivals.kind, w.arrivals.users, w.requests) == ("closed_loop", 2, 100)
+    assert (w.prompt_tokens.dist, w.prompt_tokens.mean, w.output_tokens.mean) == ("lognormal", 232.6, 220.61)
+
+
 def test_disaggregated_points_are_skipped_with_the_reason(points):
     disaggregated = [p for p in points.values() if p["group"] == "disaggregated"]
     assert disaggregated
     for p in disaggregated:
         with pytest.raises(Skip, match="disaggregated serving not simulated yet"):
             workload_for(p)
+
+
+def test_points_read_off_one_run_share_one_simulation(points):
+    server = [p for i, p in points.items() if i.startswith("mlperf41-nvidia-dgxh100x8-server-")]
+    offline = points["mlperf41-nvidia-dgxh100x8-offline-tokens"]
+    runs = _shared_runs([*server, offline, points["mlperf51-krai-h200x8-vllm092-offline-tokens"]])
+    assert [len(r) for r in runs] == [3, 1, 1]  # mean and p99 TTFT and mean TPOT of the Server run; a skipped point alone
+    ttft = points["trtllm014-h100sxm-llama31-8b-bf16-467-256-qps2-ttft"]
+    tpot = {**ttft, "id": "same-run-tpot", "metric": "tpot_ms"}
+    a, b = run_points([ttft, tpot])
+    assert (a.status, b.status) == ("ok", "ok") and a.predicted != b.predicted
+    assert run_point(ttft).predicted == a.predicted  # the same simulation as the point's own
+
+
+def test_a_steady_window_too_short_is_simulated_again_with_twice_the_requests(points, monkeypatch):
+    import capsim.validation.runner as runner
+
+    seen = []
+
+    class Run:
+        def __init__(self, w):
+            seen.append(w.requests)
+            self.summary = {"saturation": {"too_short": len(seen) == 1}, "mean_ttft_ms": 1.0}
+
+    monkeypatch.setattr(runner, "simulate", Run)
+    w = workload_for(points["mlperf51-nebius-h200x8-server-ttft-mean"])  # a long MLPerf run: steady window
+    assert runner._steady_summary(w)["mean_ttft_ms"] == 1.0 and seen == [w.requests, 2 * w.requests]
+    seen.clear()
+    runner._steady_summary(workload_for(points["mlperf51-nebius-h200x8-offline-tokens"]))  # measured whole: once
+    assert len(seen) == 1
 
 
 def test_fast_points_run_end_to_end():
@@ -148,7 +212,7 @@ def test_a_missing_suite_says_where_it_looked(tmp_path):
 def test_every_file_says_its_split_and_the_test_set_is_the_agreed_publishers(points, tmp_path):
     test_files = {p["_file"] for p in points.values() if p["_split"] == "test"}
     held_out = ("nim-benchmarking-", "datacrunch-", "llamacpp-pr4766-", "llamacpp-pr16834-", "mlperf-nvidia-",
-                "mlperf-nebius-", "mlperf-krai-", "mooncake-")
+                "mlperf-nebius-", "mlperf-krai-", "mooncake-", "gpustack-")
     assert test_files == {f for f in {p["_file"] for p in points.values()} if f.startswith(held_out)}
     tested = [p for p in points.values() if p["_split"] == "test"]
     assert len(tested) >= len(points) / 3  # the issue: at least a third of the points

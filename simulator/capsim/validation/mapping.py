@@ -7,8 +7,10 @@ measured value.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
+from pathlib import Path
 
-from capsim.spec.config import validate
+from capsim.spec.config import read_yaml, validate
 from capsim.workload.schema import WorkloadConfig
 
 
@@ -36,7 +38,7 @@ SOURCE_CONDITIONS = {
 
 def engine_for(point: dict) -> str:
     """The engine profile of a point's engine and version (capsim/data/engines.yaml)."""
-    engine, version = str(point["engine"]), str(point.get("engine_version", ""))
+    engine, version = str(point["engine"]), str(point.get("engine_version", "")).removeprefix("v")
     if engine == "llama.cpp":
         old = any(tag in version for tag in ("b1671", "Dec 2023", "2024-01", "January 2024", "#4766"))
         return "llama.cpp@2024-01" if old else "llama.cpp"
@@ -45,6 +47,9 @@ def engine_for(point: dict) -> str:
             return "vllm@0.5"
         if version.startswith("0.6") and "num-scheduler-steps 10" in version:
             return "vllm@0.6-ms10"  # the SGLang benchmark ran vLLM 0.6.0 with --num-scheduler-steps 10
+        if "num_scheduler_steps" in version:
+            raise Skip(f"no engine profile for vLLM {version.split(' (')[0]} run as the V0 engine with multi-step "
+                       "scheduling (profiles: 0.5, 0.6 multi-step, V1 0.9-0.11)")
         if version.startswith(("0.9", "0.1")):
             return "vllm"  # V1 engine (default since 0.8); the profile describes 0.10-0.11
         raise Skip(f"no engine profile for vLLM {version} (profiles: 0.5, 0.6 multi-step, V1 0.9-0.11)")
@@ -98,13 +103,40 @@ def _lengths(point: dict) -> dict:
     p, o = _tokens(prompt, 1), _tokens(output, 1)
     if p is None and point["group"] == "decode":
         p = 1  # unstated prompt of a decode test: its ~100-200 tokens change the KV reads by < 1%
-    if p is None and dist == "mlperf-openorca":
-        raise Skip("mean prompt length of MLPerf's OpenOrca set (24,576 samples, at most 1,024 tokens) not stated "
-                   "in the sources read")
+    if dist == "mlperf-openorca":
+        return _openorca_lengths(point)
     if p is None or o is None:
         raise Skip("prompt or output length not stated")
     return {"prompt_tokens": {"dist": "fixed", "value": max(1, int(p))},
             "output_tokens": {"dist": "fixed", "value": max(1, int(o))}}
+
+
+# MLPerf's llama2-70b set (validation/lengths/mlperf-openorca-llama2-input.yaml): the 24,576 prompt lengths in
+# Llama 2 tokens as published from MLCommons' processed set. The served model's answer lengths are not published per
+# sample (the results' accuracy logs are truncated); every request gets the mean each point computes from its two
+# printed rates.
+OPENORCA_INPUT_FILE = "lengths/mlperf-openorca-llama2-input.yaml"
+OPENORCA_TOKENIZER_MODELS = ("llama-2-70b",)  # models whose tokenizer the published lengths are counted in
+DEFAULT_SUITE = Path(__file__).resolve().parents[3] / "validation"
+
+
+@lru_cache(maxsize=4)
+def _openorca_histogram(suite_dir: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    path = Path(suite_dir) / OPENORCA_INPUT_FILE
+    if not path.is_file():
+        raise Skip(f"the OpenOrca prompt-length histogram {path} is missing")
+    data = read_yaml(path)
+    return tuple(int(v) for v in data["values"]), tuple(int(c) for c in data["counts"])
+
+
+def _openorca_lengths(point: dict) -> dict:
+    """MLPerf llama2-70b: prompts drawn from the published histogram, answers at the point's mean."""
+    if point["model"] not in OPENORCA_TOKENIZER_MODELS:
+        raise Skip(f"the OpenOrca prompt lengths are published in Llama 2 tokens; {point['model']} has another "
+                   "tokenizer and the set's lengths in its tokens are not stated")
+    values, counts = _openorca_histogram(str(point.get("_dir") or DEFAULT_SUITE))
+    return {"prompt_tokens": {"dist": "empirical", "values": list(values), "weights": [float(c) for c in counts]},
+            "output_tokens": {"dist": "fixed", "value": max(1, round(float(point["output_tokens"])))}}
 
 
 def _load(point: dict) -> dict:
@@ -142,6 +174,7 @@ def workload_for(point: dict) -> WorkloadConfig:
     data.update(_load(point))
     data.update(SOURCE_CONDITIONS.get(point["_file"], {}))
     data.update(_point_conditions(point))
+    data.update(_stated_system(point))
     if point["group"] == "decode":
         # llama-bench tgN / ./main eval: N tokens decoded after the prompt; one more output token
         # so that N decode steps follow the first token (prefill excluded, as llama-bench does)
@@ -155,6 +188,8 @@ def workload_for(point: dict) -> WorkloadConfig:
     # SGLang's bench_serving, TensorRT-LLM's benchmark, llama-bench, MLPerf's LoadGen): the whole
     # run, with no warm-up or cool-down left out.
     data["measure"] = {"whole_run": True}
+    if point.get("length_distribution") == "mlperf-openorca":
+        data.update(_mlperf_run(point, data))
     return validate(WorkloadConfig, data, f"validation point {point['id']}")
 
 
@@ -168,6 +203,48 @@ def _point_conditions(point: dict) -> dict:
             offline = point["group"] == "max_throughput"
             out["gpu_memory_utilization"] = 0.88 if point.get("tp", 1) == 1 or offline else 0.85
     return out
+
+
+def _stated_system(point: dict) -> dict:
+    """Copies of the model (`replicas`) and server settings (`server_flags`) a point states."""
+    out: dict = {}
+    if point.get("replicas"):
+        out["replicas"] = int(point["replicas"])
+    flags = dict(point.get("server_flags") or {})
+    unknown = sorted(set(flags) - {*SCHEDULER_FLAGS, "gpu_memory_utilization", "max_model_len"})
+    if unknown:
+        raise Skip(f"server_flags {', '.join(unknown)} not understood (allowed: {', '.join(SCHEDULER_FLAGS)}, "
+                   "gpu_memory_utilization, max_model_len)")
+    if "gpu_memory_utilization" in flags:
+        out["gpu_memory_utilization"] = float(flags["gpu_memory_utilization"])
+    if "max_model_len" in flags:
+        out["max_model_len"] = int(flags["max_model_len"])
+    scheduler = {k: int(flags[k]) for k in SCHEDULER_FLAGS if k in flags}
+    if scheduler:
+        out["scheduler"] = scheduler
+    return out
+
+
+SCHEDULER_FLAGS = ("max_num_seqs", "max_num_batched_tokens", "block_size")
+# MLPerf runs last 10-40 minutes (tens to hundreds of thousands of samples); capsim simulates a
+# shorter run of the same system. Offline: MLPERF_OFFLINE_WAVES times the largest batch per copy
+# of the model, all at once, measured whole (the drain of the last wave is a small share of the
+# run; on the DGX H100 point 4, 8 and 16 waves give throughputs within 0.6% of each other).
+# Server / Interactive: MLPERF_SERVER_S seconds of Poisson arrivals at the achieved rate, measured
+# over capsim's steady window, as the real run's warm-up is a negligible share of its figures
+# (240 s and 480 s give mean TTFT and TPOT within 1% and p99 TTFT within 2% on that system).
+MLPERF_OFFLINE_WAVES = 4
+MLPERF_SERVER_S = 240.0
+
+
+def _mlperf_run(point: dict, data: dict) -> dict:
+    replicas = int(data.get("replicas", 1))
+    rate = point.get("request_rate_per_s")
+    if rate in (None, "inf"):
+        batch = int(data.get("scheduler", {}).get("max_num_seqs", 1024))
+        count = min(int(point.get("num_requests") or 10**9), MLPERF_OFFLINE_WAVES * batch * replicas)
+        return {"requests": count}
+    return {"requests": max(1000, int(float(rate) * MLPERF_SERVER_S)), "measure": {}}
 
 
 _STAT = {"mean": "mean", "median": "median", "p99": "p99", "mean of 3 runs": "mean"}

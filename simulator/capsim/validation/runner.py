@@ -53,7 +53,7 @@ class Outcome:
 def find_suite(suite: str | Path | None = None) -> Path:
     """The validation folder: `suite` if given, else ./validation, else the checkout's."""
     candidates = [Path(suite)] if suite is not None else [Path.cwd() / "validation",
-                                                         Path(__file__).resolve().parents[2] / "validation"]
+                                                         Path(__file__).resolve().parents[3] / "validation"]
     for path in candidates:
         if path.is_dir() and any(path.glob("*.yaml")):
             return path
@@ -63,8 +63,9 @@ def find_suite(suite: str | Path | None = None) -> Path:
 
 
 def load_points(suite: Path) -> list[dict]:
-    """Every point of every YAML file in the folder, with its file name under '_file' and its
-    file's split (source.split, required) under '_split'."""
+    """Every point of every YAML file in the folder, with its file name under '_file', its
+    file's split (source.split, required) under '_split' and the folder under '_dir' (where
+    the points' length files are, validation/lengths/)."""
     points = []
     for path in sorted(suite.glob("*.yaml")):
         data = read_yaml(path)
@@ -79,7 +80,7 @@ def load_points(suite: Path) -> list[dict]:
             missing = [k for k in ("id", "group", "engine", "gpu", "model", "metric", "measured") if k not in point]
             if missing:
                 raise CapsimError(f"{path}: point [{i}]: required field(s) missing: {', '.join(missing)}.")
-            points.append({**point, "_file": path.name, "_split": split})
+            points.append({**point, "_file": path.name, "_split": split, "_dir": str(suite)})
     ids = [p["id"] for p in points]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
@@ -89,22 +90,71 @@ def load_points(suite: Path) -> list[dict]:
 
 def run_point(point: dict) -> Outcome:
     """Simulate one point (never raises for a point: failures are reported as such)."""
-    base = dict(id=point["id"], file=point["_file"], split=point["_split"], group=point["group"], engine=str(point["engine"]),
+    return run_points([point])[0]
+
+
+def run_points(points: list[dict]) -> list[Outcome]:
+    """Points that map onto the same simulation (one run's mean and p99 TTFT and its TPOT) share
+    one run: the first point's workload is simulated once and each point reads its own metric."""
+    bases = [_base(p) for p in points]
+    try:
+        w = workload_for(points[0])
+    except Skip as why:
+        return [Outcome(**b, predicted=None, error_pct=None, status="skipped", reason=str(why)) for b in bases]
+    try:
+        summary = _steady_summary(w)
+    except CapsimError as exc:
+        return [Outcome(**{**b, "engine": w.engine or b["engine"]}, predicted=None, error_pct=None, status="failed",
+                        reason=str(exc)) for b in bases]
+    return [_compare(p, {**b, "engine": w.engine or b["engine"]}, summary) for p, b in zip(points, bases)]
+
+
+MAX_LONGER_RUNS = 2  # a steady window still too short after the run is doubled twice is reported as it is
+
+
+def _steady_summary(w) -> dict:
+    """The run's summary; a run measured over a steady window that spans too few request lifetimes
+    (results.steady: `too_short`) is simulated again with twice the requests, as the steady-state
+    rules ask ("simulate more requests"). Only the mapping's long-run stand-ins (MLPerf Server) use
+    a steady window; the benchmark clients' runs are measured whole."""
+    summary = simulate(w).summary
+    for _ in range(MAX_LONGER_RUNS):
+        if w.measure.whole_run or not summary.get("saturation", {}).get("too_short") or w.requests is None:
+            break
+        w = w.model_copy(update={"requests": 2 * w.requests})
+        summary = simulate(w).summary
+    return summary
+
+
+def _base(point: dict) -> dict:
+    return dict(id=point["id"], file=point["_file"], split=point["_split"], group=point["group"], engine=str(point["engine"]),
                 gpu=str(point["gpu"]), tp=int(point.get("tp") or 1), model=str(point["model"]),
                 metric=str(point["metric"]), statistic=str(point.get("statistic", "")),
                 measured=float(point["measured"]))
+
+
+def _compare(point: dict, base: dict, summary: dict) -> Outcome:
     try:
-        w = workload_for(point)
-    except Skip as why:
-        return Outcome(**base, predicted=None, error_pct=None, status="skipped", reason=str(why))
-    base["engine"] = w.engine or base["engine"]  # the engine profile the point ran with
-    try:
-        result = simulate(w)
-        value = predicted_value(point, result.summary)
-    except (CapsimError, Skip) as exc:
+        value = predicted_value(point, summary)
+    except Skip as exc:
         return Outcome(**base, predicted=None, error_pct=None, status="failed", reason=str(exc))
     error = 100.0 * (value - base["measured"]) / base["measured"]
     return Outcome(**base, predicted=value, error_pct=error, status="ok")
+
+
+def _shared_runs(points: list[dict]) -> list[list[dict]]:
+    """The points grouped by the simulation they map onto (a point that cannot be mapped is its
+    own group, and run_points reports it skipped)."""
+    # PERF: the suite's points come in families read off one benchmark run; simulating each run
+    # once instead of once per point removes about half of the suite's simulations.
+    runs: dict[str, list[dict]] = {}
+    for p in points:
+        try:
+            key = workload_for(p).model_dump_json(exclude={"name"})
+        except (Skip, CapsimError):
+            key = "point:" + p["id"]
+        runs.setdefault(key, []).append(p)
+    return list(runs.values())
 
 
 def select_points(points: list[dict], *, only: list[str] | None = None, groups: list[str] | None = None,
@@ -136,23 +186,25 @@ def select_points(points: list[dict], *, only: list[str] | None = None, groups: 
 
 def run_suite(suite: str | Path | None = None, *, only: list[str] | None = None, groups: list[str] | None = None,
               split: str | None = None, workers: int | None = None, progress=None) -> list[Outcome]:
-    """Run the points (all, or those of `groups`, of `split` and whose id contains one of `only`)."""
+    """Run the points (all, or those of `groups`, of `split` and whose id contains one of `only`),
+    each simulation once for all the points that share it; outcomes in the points' order."""
     points = select_points(load_points(find_suite(suite)), only=only, groups=groups, split=split)
-    workers = workers or min(len(points), os.cpu_count() or 1)
-    if workers <= 1 or len(points) <= 1:
-        outcomes = []
-        for p in points:
-            outcomes.append(run_point(p))
+    runs = _shared_runs(points)
+    workers = workers or min(len(runs), os.cpu_count() or 1)
+    done: dict[str, Outcome] = {}
+    if workers <= 1 or len(runs) <= 1:
+        results = map(run_points, runs)
+        for outcomes in results:
+            done.update((o.id, o) for o in outcomes)
             if progress:
-                progress(len(outcomes), len(points))
-        return outcomes
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        outcomes = []
-        for outcome in pool.map(run_point, points):
-            outcomes.append(outcome)
-            if progress:
-                progress(len(outcomes), len(points))
-    return outcomes
+                progress(len(done), len(points))
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for outcomes in pool.map(run_points, runs):
+                done.update((o.id, o) for o in outcomes)
+                if progress:
+                    progress(len(done), len(points))
+    return [done[p["id"]] for p in points]
 
 
 def mape(outcomes: list[Outcome]) -> float | None:
