@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from capsim.api.pools import build_pools, pool_cost, pool_summary, resolve_pools
 from capsim.api.run_result import RunResult, step_parts, step_table
 from capsim.api.setup import Setup, apply_overrides, budget_with, describe, load_workload, resolve
 from capsim.core.names import OUTCOMES
@@ -81,15 +82,26 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
     w = apply_overrides(w, source, **overrides)
     setup = resolve(w, source, base_dir)
     stream = build_stream(w, base_dir)
-    replicas = [build_replica(setup, i, num_classes=len(stream.class_names)) for i in range(w.replicas)]
+    build = partial(build_replica, num_classes=len(stream.class_names))
+    pools = resolve_pools(w, source, base_dir) if w.serving and w.serving.disaggregated else None
+    handoff = None
+    if pools is None:
+        replicas = [build(setup, i) for i in range(w.replicas)]
+    else:  # the run's set-up (summary, verdict) is the decode pool's; the prefill pool's is in `disaggregated`
+        replicas, handoff = build_pools(pools, build)
+        setup = pools.decode
     engine = Engine(replicas, stream, horizon_s=w.horizon_s, macro_steps=macro_steps, router=w.router,
-                    progress=progress)
+                    progress=progress, handoff=handoff)
     with _collector_paused():
         end_s = engine.run()
     if objectives is None:
         objectives = from_workload(setup.workload.slo)
     asked = DEFAULT_PERCENTILES if percentiles is None else percentiles
-    return _result(setup, engine, end_s, objectives, tuple(sorted(set(asked) | set(objectives.percentiles()))), price)
+    result = _result(setup, engine, end_s, objectives, tuple(sorted(set(asked) | set(objectives.percentiles()))), price)
+    if pools is not None:
+        result.summary.update(pool_cost(pools, result.summary, price, load_text(w)))
+        result.summary["disaggregated"] = pool_summary(pools, engine, result._step_parts(), end_s)
+    return result
 
 @contextmanager
 def _collector_paused():

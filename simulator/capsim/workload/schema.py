@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 from capsim.spec import limits as L
 from capsim.spec.config import _UNION_TAGS, Frozen, ModelSpec
 from capsim.spec.metric_names import summary_key
+from capsim.spec.shapes import Serving
 
 # A token count as a length distribution gives it.
 Tokens = Annotated[int, Field(gt=0, le=L.MAX_TOKENS)]
@@ -345,9 +346,12 @@ class WorkloadConfig(Frozen):
     router: Literal["round_robin", "least_outstanding", "least_kv"] = "round_robin"
     swap_space_gib: float = Field(4.0, ge=0, le=2**20, description="host memory per replica for swapped-out KV (vLLM --swap-space)")
     speculative: Speculative | None = None
+    serving: Serving | None = Field(None, description="deployment shape: disaggregated prefill/decode pools (docs/shapes.md)")
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadConfig:
+        if self.serving is not None and self.serving.disaggregated is not None:
+            _check_disaggregated(self)
         trace = self.arrivals.kind == "trace"
         if not trace and self.requests is None and self.duration_s is None:
             raise ValueError("give 'requests' (how many) or 'duration_s' (for how long)")
@@ -367,3 +371,13 @@ class WorkloadConfig(Frozen):
         if self.arrivals.kind == "all_at_once" and (self.requests is None or self.duration_s is not None):
             raise ValueError("arrivals 'all_at_once' sends 'requests' requests at once: give 'requests', not duration_s")
         return self
+
+
+def _check_disaggregated(w: WorkloadConfig) -> None:
+    """What a disaggregated deployment cannot combine with: its pools set the replicas, and
+    speculative decoding is not modelled across the handoff."""
+    if w.replicas != 1:
+        raise ValueError("with serving.disaggregated, give the instances as serving.disaggregated.prefill.replicas "
+                         "and decode.replicas, not 'replicas'")
+    if w.speculative is not None:
+        raise ValueError("serving.disaggregated does not combine with 'speculative' (not modelled across the handoff)")
