@@ -5,7 +5,7 @@ per-pool figures, transfers and cost (docs/shapes.md)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +35,8 @@ def resolve_pools(w: WorkloadConfig, source: str, base_dir: Path | None) -> Pool
     """Each pool as the workload with the pool's settings in place of the top-level ones."""
     d = w.serving.disaggregated if w.serving else None
     assert d is not None  # called only for disaggregated workloads
-    setups = [resolve(_pool_workload(w, pool, f"{source}: serving.disaggregated.{role}"),
-                      f"{source} (serving.disaggregated.{role})", base_dir)
+    setups = [replace(resolve(_pool_workload(w, pool, f"{source}: serving.disaggregated.{role}"),
+                              f"{source} (serving.disaggregated.{role})", base_dir), source=source)
               for role, pool in (("prefill", d.prefill), ("decode", d.decode))]
     if setups[0].workload.scheduler.block_size != setups[1].workload.scheduler.block_size:
         raise CapsimError(f"{source}: the prefill and decode pools resolve to different KV block sizes; the step log "

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from capsim.api.pools import build_pools, pool_cost, pool_summary, resolve_pools
+from capsim.api.pools import Pools, build_pools, pool_cost, pool_summary, resolve_pools
 from capsim.api.run_result import RunResult, step_parts, step_table
 from capsim.api.setup import Setup, apply_overrides, budget_with, describe, load_workload, resolve
 from capsim.core.names import OUTCOMES
@@ -97,11 +97,8 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
     if objectives is None:
         objectives = from_workload(setup.workload.slo)
     asked = DEFAULT_PERCENTILES if percentiles is None else percentiles
-    result = _result(setup, engine, end_s, objectives, tuple(sorted(set(asked) | set(objectives.percentiles()))), price)
-    if pools is not None:
-        result.summary.update(pool_cost(pools, result.summary, price, load_text(w)))
-        result.summary["disaggregated"] = pool_summary(pools, engine, result._step_parts(), end_s)
-    return result
+    return _result(setup, engine, end_s, objectives, tuple(sorted(set(asked) | set(objectives.percentiles()))), price,
+                   pools)
 
 @contextmanager
 def _collector_paused():
@@ -117,7 +114,7 @@ def _collector_paused():
             gc.enable()
 
 def _result(setup: Setup, engine: Engine, end_s: float, objectives: Objectives, percentiles: tuple[float, ...],
-            price) -> RunResult:
+            price, pools: Pools | None = None) -> RunResult:
     requests = engine.requests.columns()
     log, cm = engine.steps, engine.replicas[0].cost
     if log.large:  # summarise in chunks; the table gets one row per macro-step, when asked for
@@ -149,7 +146,11 @@ def _result(setup: Setup, engine: Engine, end_s: float, objectives: Objectives, 
         summary["kv_reserved_unused"] = 0.0
     summary.update(_feature_stats(setup, engine, totals, requests))
     summary.update(kv_fit(requests, setup.memory.kv_tokens, setup.max_model_len))
-    summary.update(_cost(setup, summary, price))
+    if pools is None:
+        summary.update(_cost(setup, summary, price))
+    else:
+        summary.update(pool_cost(pools, summary, price, load_text(setup.workload)))
+        summary["disaggregated"] = pool_summary(pools, engine, parts(), end_s)
     summary["setup"] = describe(setup)
     summary["verdict"] = judge(summary, objectives, setup, kv_alternatives(setup, summary.get("mean_request_tokens")),
                                capacity_command(setup.source, objectives, engine.closed_loop)).as_dict()
