@@ -59,7 +59,8 @@ class Disaggregated(Frozen):
 
     prefill: Pool = Pool()
     decode: Pool = Pool()
-    link: str | Link = Field("rdma-200g", description="a name from `capsim links` or an inline link")
+    link: str | Link = Field("rdma-200g", description="a link name from spec/data/links.yaml (docs/shapes.md lists "
+                             "them) or an inline link")
 
 
 class Serving(Frozen):
