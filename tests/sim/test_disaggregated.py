@@ -13,7 +13,7 @@ from capsim.api import simulate
 from capsim.errors import CapsimError
 from capsim.sim.handoff import Handoff
 from capsim.spec.shapes import Link, link_catalog
-from helpers import workload
+from helpers import TINY_MODEL, workload
 
 # 1 GB/s, 1 ms latency, 2 ms per transfer: 100 tokens (400 kB) hold the link 2.4 ms and land 3.4 ms
 # after they are sent.
@@ -142,3 +142,14 @@ def test_config_errors_name_the_field(round_gpu_file):
         simulate(_disagg(round_gpu_file, link="rdma-300g"))
     with pytest.raises(CapsimError, match="bandwidth_bytes_per_s"):
         _disagg(round_gpu_file, link={"latency_s": 1e-3})
+
+
+def test_a_pool_may_be_pipelined(round_gpu_file):
+    """A 2-stage prefill pool runs 2 virtual engines (indices 0-1), the decode pool's instance is 2."""
+    tiny4 = dict(TINY_MODEL, name="tiny4", num_layers=4)
+    w = _disagg(round_gpu_file, prefill={"pp": 2}, model=tiny4, requests=20)
+    run = simulate(w, price=1.0)
+    d = run.summary["disaggregated"]
+    assert (d["prefill"]["replicas"], d["prefill"]["pp"], d["prefill"]["gpus"], d["decode"]["gpus"]) == (1, 2, 2, 1)
+    assert run.summary["gpus"] == 3 and run.summary["completed"] == 20
+    assert set(run.steps["replica"]) == {0, 1, 2}

@@ -197,7 +197,7 @@ def assert_memory_returned(w) -> None:
     if w.serving is not None:
         replicas, handoff = build_pools(resolve_pools(w, "test", None), build)
     else:
-        replicas, handoff = [build(setup, i) for i in range(w.replicas)], None
+        replicas, handoff = [build(setup, i) for i in range(w.replicas * w.pp)], None
     Engine(replicas, stream, horizon_s=w.horizon_s, router=w.router, handoff=handoff).run()
     for rep in replicas:
         rep.kv.check()
@@ -231,8 +231,21 @@ def disaggregated_workloads(draw) -> dict:
     return fields
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(fields=disaggregated_workloads())
-def test_macro_steps_equal_step_by_step_disaggregated(round_gpu_file, trace_file, fields):
+@st.composite
+def pipelined_workloads(draw) -> dict:
+    """The same workloads on a 4-layer model cut into 2-4 pipeline stages (uneven at 3), each
+    replica running pp virtual engines."""
+    fields = draw(workloads())
+    fields.pop("speculative", None)  # not modelled with pp (resolve() refuses it)
+    fields["model"] = dict(TINY_MODEL, name="tiny4", num_layers=4)
+    fields["pp"] = draw(st.sampled_from([2, 3, 4]))
+    fields["pp_link"] = draw(st.sampled_from([None, {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-4}]))
+    fields["num_gpu_blocks"] = fields["num_gpu_blocks"] * fields["pp"]  # each virtual engine gets 1/pp
+    return fields
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fields=st.one_of(disaggregated_workloads(), pipelined_workloads()))
+def test_macro_steps_equal_step_by_step_disaggregated_and_pipelined(round_gpu_file, trace_file, fields):
     w = _build(round_gpu_file, trace_file, fields)
     assert_same(w)

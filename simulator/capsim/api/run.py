@@ -15,6 +15,7 @@ from capsim.api.pools import Pools, build_pools, pool_cost, pool_summary, resolv
 from capsim.api.run_result import RunResult, step_parts, step_table
 from capsim.api.setup import Setup, apply_overrides, budget_with, describe, load_workload, resolve
 from capsim.core.names import OUTCOMES
+from capsim.cost.parallel import PipelineCost, pipeline_link
 from capsim.cost.roofline import CostModel
 from capsim.errors import short_path
 from capsim.results.cost import deployment_cost, deployment_gpus, price_for
@@ -32,18 +33,21 @@ from capsim.sim.speculative import TokenSchedule
 from capsim.sim.step_log import step_totals
 from capsim.spec.catalog import load_model
 from capsim.spec.formats import get_format
+from capsim.spec.shapes import load_link
 from capsim.workload.schema import WorkloadConfig
 from capsim.workload.streams import build_stream
 
 
 def build_replica(setup: Setup, index: int = 0, num_classes: int = 1) -> Replica:
     w, sched = setup.workload, setup.workload.scheduler
+    # pp > 1: this is one of the replica's pp virtual engines, with 1/pp of the KV (vLLM V0's PP)
+    num_blocks = setup.memory.num_blocks // w.pp
     if setup.allocator == "paged":
-        watermark = int(sched.watermark * setup.memory.num_blocks)
-        kv = PagedAllocator(setup.memory.num_blocks, sched.block_size, watermark, caching=w.prefix_caching,
+        watermark = int(sched.watermark * num_blocks)
+        kv = PagedAllocator(num_blocks, sched.block_size, watermark, caching=w.prefix_caching,
                             seq_units=setup.memory.seq_units)
     else:
-        kv = ContiguousAllocator(setup.memory.num_blocks, setup.max_model_len, w.reserve)
+        kv = ContiguousAllocator(num_blocks, setup.max_model_len, w.reserve)
     multi_step = setup.engine.overhead.steps_per_schedule if setup.engine and w.mode == "realistic" else 1
     scheduler = SCHEDULERS[sched.kind](sched.max_num_seqs, setup.max_num_batched_tokens, setup.max_model_len,
                                        steps_per_schedule=multi_step)
@@ -52,8 +56,7 @@ def build_replica(setup: Setup, index: int = 0, num_classes: int = 1) -> Replica
     if spec is not None and spec.draft_model is not None:
         draft = CostModel(load_model(spec.draft_model), setup.hardware, setup.weights, setup.kv_cache, mode=w.mode,
                           unit_step_s=0.0, engine=setup.engine, tp=w.tp)
-    cost = CostModel(setup.model, setup.hardware, setup.weights, setup.kv_cache, mode=w.mode, unit_step_s=w.unit_step_s,
-                     engine=setup.engine, tp=w.tp, draft_tokens=spec.draft_tokens if spec else 0, draft=draft)
+    cost = _cost_model(setup, draft)
     schedule = TokenSchedule.for_speculation(spec.draft_tokens, spec.acceptance_rate) if spec else TokenSchedule()
     running = RunningSet(kv.block_size, cost.window if w.mode == "realistic" else 0, num_classes, schedule)
     swap = None
@@ -62,6 +65,25 @@ def build_replica(setup: Setup, index: int = 0, num_classes: int = 1) -> Replica
         swap = SwapSpace(w.swap_space_gib * 2**30, bytes_per_token * kv.block_size,
                          setup.hardware.interconnect.pcie_bytes_per_s)
     return Replica(index, scheduler, kv, cost, running, swap=swap)
+
+def _cost_model(setup: Setup, draft: CostModel | None) -> CostModel:
+    """The replica's pricing: the model on its TP group, or with pp > 1 one virtual engine of the
+    pipeline (capsim.cost.parallel.PipelineCost on the largest stage)."""
+    w, spec = setup.workload, setup.workload.speculative
+    if setup.stage_model is None:
+        return CostModel(setup.model, setup.hardware, setup.weights, setup.kv_cache, mode=w.mode,
+                         unit_step_s=w.unit_step_s, engine=setup.engine, tp=w.tp,
+                         draft_tokens=spec.draft_tokens if spec else 0, draft=draft)
+    cost = PipelineCost(setup.stage_model, setup.hardware, setup.weights, setup.kv_cache, mode=w.mode,
+                        unit_step_s=w.unit_step_s, engine=setup.engine, tp=w.tp)
+    if w.pp_link is not None:
+        link = load_link(w.pp_link, "pp_link")
+        cost.set_pipeline(w.pp, link.achieved_bytes_per_s, link.latency_s)
+    else:
+        ic = setup.hardware.interconnect
+        cost.set_pipeline(w.pp, *pipeline_link(ic.gpu_link_bytes_per_s, ic.pcie_bytes_per_s, ic.link_efficiency,
+                                               ic.allreduce_latency_s))
+    return cost
 
 def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
              progress: Callable[[int, int | None], None] | None = None, objectives: Objectives | None = None,
@@ -86,7 +108,7 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
     pools = resolve_pools(w, source, base_dir) if w.serving and w.serving.disaggregated else None
     handoff = None
     if pools is None:
-        replicas = [build(setup, i) for i in range(w.replicas)]
+        replicas = [build(setup, i) for i in range(w.replicas * w.pp)]
     else:  # the run's set-up (summary, verdict) is the decode pool's; the prefill pool's is in `disaggregated`
         replicas, handoff = build_pools(pools, build)
         setup = pools.decode
@@ -171,7 +193,7 @@ def _cost(setup: Setup, summary: dict, price) -> dict:
     """The deployment's cost at this run's load (capsim.results.cost): every GPU of every replica."""
     w = setup.workload
     per_gpu, source = price_for(setup.hardware.name, setup.hardware.price_per_hour_usd, price)
-    cost = deployment_cost(per_gpu, source, deployment_gpus(w.tp, 1, w.replicas), summary["output_throughput"],
+    cost = deployment_cost(per_gpu, source, deployment_gpus(w.tp, w.pp, w.replicas), summary["output_throughput"],
                            summary["total_token_throughput"], load_text(w))
     return {"gpus": cost.gpus, "usd_per_hour": cost.usd_per_hour, "usd_per_m_output_tokens": cost.usd_per_m_output_tokens,
             "usd_per_m_total_tokens": cost.usd_per_m_total_tokens, "cost": cost.as_dict()}

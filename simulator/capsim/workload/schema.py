@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 from capsim.spec import limits as L
 from capsim.spec.config import _UNION_TAGS, Frozen, ModelSpec
 from capsim.spec.metric_names import summary_key
-from capsim.spec.shapes import Serving
+from capsim.spec.shapes import Link, Serving
 
 # A token count as a length distribution gives it.
 Tokens = Annotated[int, Field(gt=0, le=L.MAX_TOKENS)]
@@ -315,6 +315,10 @@ class WorkloadConfig(Frozen):
         "none: the bare GPU roofline")
     tp: int = Field(1, gt=0, le=1024, description="tensor-parallel GPUs per replica (weights and KV heads split, "
                     "two all-reduces per layer)")
+    pp: int = Field(1, gt=0, le=256, description="pipeline stages per replica (layers split over pp groups of tp "
+                    "GPUs, pp micro-batches in flight; docs/shapes.md)")
+    pp_link: str | Link | None = Field(None, description="link between pipeline stages: a name from "
+                                       "spec/data/links.yaml or inline (default: the GPU's NVLink, else PCIe)")
     mode: Literal["realistic", "document", "unit"] = "realistic"
     unit_step_s: float = Field(1.0, ge=1e-9, le=3600, description="step time in unit mode")
     scheduler: SchedulerConfig = SchedulerConfig()
@@ -352,6 +356,8 @@ class WorkloadConfig(Frozen):
     def _check(self) -> WorkloadConfig:
         if self.serving is not None and self.serving.disaggregated is not None:
             _check_disaggregated(self)
+        if self.pp > 1 and self.speculative is not None:
+            raise ValueError("'pp' above 1 does not combine with 'speculative' (not modelled)")
         trace = self.arrivals.kind == "trace"
         if not trace and self.requests is None and self.duration_s is None:
             raise ValueError("give 'requests' (how many) or 'duration_s' (for how long)")
