@@ -1,13 +1,14 @@
-"""Pipeline parallelism (capsim.cost.parallel): stages, imbalance and bubbles by hand, a pipelined
-step time against the stage's own CostModel, and a pp run end to end (memory, GPUs, virtual
-engines, config errors). Macro-steps against step-by-step with pp are in
-tests/sim/test_engine_equivalence.py."""
+"""Pipeline and expert parallelism (capsim.cost.parallel): stages, imbalance, bubbles and an
+all-to-all by hand, pipelined and expert-parallel step times against their parts, and pp and ep
+runs end to end (memory, GPUs, virtual engines or ranks, config errors). Macro-steps against
+step-by-step with pp and ep are in tests/sim/test_engine_equivalence.py."""
 
 import pytest
 from capsim.api import simulate
 from capsim.api.setup import resolve
 from capsim.core.plan import StepPlan
-from capsim.cost.parallel import PipelineCost, activation_bytes, bubble_fraction, imbalance, stage_layers
+from capsim.cost.parallel import (ExpertParallelCost, PipelineCost, activation_bytes, all_to_all_s, bubble_fraction,
+                                   distinct_experts_per_rank, imbalance, stage_layers)
 from capsim.cost.roofline import CostModel
 from capsim.errors import CapsimError
 from capsim.spec.config import ModelSpec
@@ -86,3 +87,45 @@ def test_pp_config_errors_name_the_field(round_gpu_file):
         resolve(workload(round_gpu_file, model=hybrid, pp=2))
     with pytest.raises(CapsimError, match="speculative"):
         workload(round_gpu_file, model=TINY4, pp=2, speculative={"draft_tokens": 2, "acceptance_rate": 0.5})
+
+
+# Expert parallelism: 2 layers, 8 experts of which each token picks 2.
+TINY_MOE = dict(TINY_MODEL, name="tiny-moe", num_layers=2,
+                moe={"num_experts": 8, "experts_per_token": 2, "expert_intermediate_size": 1000})
+
+
+def test_an_all_to_all_and_the_experts_a_rank_reads_by_hand():
+    # 10 tokens x 2 experts x 1,000 x 2 bytes, 3/4 of them to the 3 other ranks: 30 kB at 1 GB/s + 1 ms
+    assert all_to_all_s(10, 2, 1000, ep=4, bytes_per_s=1e9, latency_s=1e-3) == pytest.approx(1.03e-3)
+    # one token per rank, 4 in all, each picking 2 of 8: each of a rank's 2 experts is missed with
+    # probability (6/8)^4, so the rank reads 2 x (1 - 0.31640625) experts on average
+    assert distinct_experts_per_rank(1, 8, 2, ep=4) == pytest.approx(1.3671875)
+    assert distinct_experts_per_rank(10_000, 8, 2, ep=4) == pytest.approx(2.0)  # every expert, at most its own
+
+
+def test_an_expert_parallel_step_adds_two_all_to_alls_per_moe_layer(round_gpu):
+    rank = ModelSpec.model_validate(dict(TINY_MOE, moe=dict(TINY_MOE["moe"], num_experts=2)))
+    cost = ExpertParallelCost(rank, round_gpu, FP16, FP16, mode="unit", unit_step_s=0.01)
+    cost.set_experts(4, 8, 1e9, 1e-3)
+    plan = StepPlan([make_request(10, 5)], [10])
+    assert cost.step_cost(plan).seconds == pytest.approx(0.01 + 2 * 2 * 1.03e-3)
+    assert cost.experts_touched(1) == pytest.approx(1.3671875)
+
+
+def test_an_ep_run_has_a_rank_per_gpu_and_a_share_of_the_experts(round_gpu_file):
+    w = workload(round_gpu_file, model=TINY_MOE, ep=4, requests=30)
+    setup = resolve(w)
+    assert setup.stage_model is not None and setup.stage_model.moe.num_experts == 2
+    s = simulate(w, price=1.0).summary
+    assert s["gpus"] == 4 and s["replicas"] == 4 and s["setup"]["ep"] == 4 and s["completed"] == 30
+    whole = resolve(workload(round_gpu_file, model=TINY_MOE)).memory
+    assert setup.memory.weight_bytes < whole.weight_bytes  # a quarter of the experts per GPU
+
+
+def test_ep_config_errors_name_the_field(round_gpu_file):
+    with pytest.raises(CapsimError, match="field 'ep' is 2, but tiny has no experts"):
+        resolve(workload(round_gpu_file, ep=2))
+    with pytest.raises(CapsimError, match="use an ep that divides 8 and is at most 4"):
+        resolve(workload(round_gpu_file, model=TINY_MOE, ep=8))  # 1 expert per rank, 2 per token
+    with pytest.raises(CapsimError, match="tp 1 and pp 1"):
+        workload(round_gpu_file, model=TINY_MOE, ep=2, tp=2)

@@ -197,7 +197,7 @@ def assert_memory_returned(w) -> None:
     if w.serving is not None:
         replicas, handoff = build_pools(resolve_pools(w, "test", None), build)
     else:
-        replicas, handoff = [build(setup, i) for i in range(w.replicas * w.pp)], None
+        replicas, handoff = [build(setup, i) for i in range(w.replicas * w.pp * w.ep)], None
     Engine(replicas, stream, horizon_s=w.horizon_s, router=w.router, handoff=handoff).run()
     for rep in replicas:
         rep.kv.check()
@@ -244,8 +244,20 @@ def pipelined_workloads(draw) -> dict:
     return fields
 
 
+@st.composite
+def expert_parallel_workloads(draw) -> dict:
+    """The same workloads on a 2-layer model of 8 experts (2 per token) spread over 2 or 4 ranks."""
+    fields = draw(workloads())
+    fields.pop("speculative", None)
+    fields["model"] = dict(TINY_MODEL, name="tiny-moe", num_layers=2,
+                           moe={"num_experts": 8, "experts_per_token": 2, "expert_intermediate_size": 1000})
+    fields.update(tp=1, ep=draw(st.sampled_from([2, 4])),
+                  ep_link=draw(st.sampled_from([None, {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-4}])))
+    return fields
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(fields=st.one_of(disaggregated_workloads(), pipelined_workloads()))
-def test_macro_steps_equal_step_by_step_disaggregated_and_pipelined(round_gpu_file, trace_file, fields):
+@given(fields=st.one_of(disaggregated_workloads(), pipelined_workloads(), expert_parallel_workloads()))
+def test_macro_steps_equal_step_by_step_in_every_deployment_shape(round_gpu_file, trace_file, fields):
     w = _build(round_gpu_file, trace_file, fields)
     assert_same(w)

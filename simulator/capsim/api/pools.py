@@ -45,7 +45,7 @@ def resolve_pools(w: WorkloadConfig, source: str, base_dir: Path | None) -> Pool
 
 
 def _pool_workload(w: WorkloadConfig, pool: Pool, where: str) -> WorkloadConfig:
-    return apply_overrides(w, where, gpu=pool.gpu, tp=pool.tp, pp=pool.pp, max_num_seqs=pool.max_num_seqs,
+    return apply_overrides(w, where, gpu=pool.gpu, tp=pool.tp, pp=pool.pp, ep=pool.ep, max_num_seqs=pool.max_num_seqs,
                            max_num_batched_tokens=pool.max_num_batched_tokens, num_gpu_blocks=pool.num_gpu_blocks)
 
 
@@ -53,9 +53,9 @@ def build_pools(pools: Pools, build: Callable[[Setup, int], Replica]) -> tuple[l
     """The prefill replicas (indices 0..P-1), then the decode replicas, and the handoff between.
     One link carries one GPU's shard of the KV: the pool with fewer GPUs per instance sets the
     shard (its GPUs send or take more each)."""
-    p_count = pools.prefill_replicas * pools.prefill.workload.pp  # pp > 1: pp virtual engines each
+    p_count = pools.prefill_replicas * _engines(pools.prefill)
     prefill = [build(pools.prefill, i) for i in range(p_count)]
-    decode = [build(pools.decode, p_count + i) for i in range(pools.decode_replicas * pools.decode.workload.pp)]
+    decode = [build(pools.decode, p_count + i) for i in range(pools.decode_replicas * _engines(pools.decode))]
     for rep in prefill:
         rep.role = "prefill"
     for rep in decode:
@@ -63,6 +63,11 @@ def build_pools(pools: Pools, build: Callable[[Setup, int], Replica]) -> tuple[l
     shard = max(_bytes_per_token(pools.prefill), _bytes_per_token(pools.decode))
     link = pools.link
     return prefill + decode, Handoff(link.achieved_bytes_per_s, link.latency_s, link.per_transfer_s, shard)
+
+
+def _engines(setup: Setup) -> int:
+    """Replicas the engine simulates per instance: pp virtual engines, or ep data-parallel ranks."""
+    return setup.workload.pp * setup.workload.ep
 
 
 def _bytes_per_token(setup: Setup) -> float:
@@ -73,7 +78,7 @@ def _bytes_per_token(setup: Setup) -> float:
 def pool_summary(pools: Pools, engine: Engine, parts: Iterable[dict], end_s: float) -> dict:
     """The summary's `disaggregated` block: per pool its GPUs, busy share and batch; the link;
     the transfers (count, bytes, time from prefill end to landing, time queued for the link)."""
-    p = pools.prefill_replicas * pools.prefill.workload.pp
+    p = pools.prefill_replicas * _engines(pools.prefill)
     busy = np.zeros(len(engine.replicas))
     seq_s = np.zeros(len(engine.replicas))
     for part in parts:
@@ -84,9 +89,9 @@ def pool_summary(pools: Pools, engine: Engine, parts: Iterable[dict], end_s: flo
     out: dict = {}
     for name, setup, idx in (("prefill", pools.prefill, slice(0, p)), ("decode", pools.decode, slice(p, None))):
         b, s = busy[idx], seq_s[idx]
-        pp = setup.workload.pp
         out[name] = {
-            "replicas": int(b.size // pp), "gpu": setup.hardware.name, "tp": setup.workload.tp, "pp": pp,
+            "replicas": int(b.size // _engines(setup)), "gpu": setup.hardware.name, "tp": setup.workload.tp,
+            "pp": setup.workload.pp, "ep": setup.workload.ep,
             "gpus": int(b.size * setup.workload.tp), "max_num_seqs": setup.workload.scheduler.max_num_seqs,
             "max_num_batched_tokens": setup.max_num_batched_tokens, "kv_capacity_tokens": setup.memory.kv_tokens,
             "busy_share": float(b.sum() / (end_s * b.size)) if end_s > 0 else 0.0,
@@ -123,7 +128,7 @@ def pool_cost(pools: Pools, summary: dict, price, load: str) -> dict:
     sources = set()
     for setup, replicas in ((pools.prefill, pools.prefill_replicas), (pools.decode, pools.decode_replicas)):
         per_gpu, source = price_for(setup.hardware.name, setup.hardware.price_per_hour_usd, price)
-        n = setup.workload.tp * setup.workload.pp * replicas
+        n = setup.workload.tp * _engines(setup) * replicas
         gpus += n
         if per_gpu is None:
             per_hour = float("nan")

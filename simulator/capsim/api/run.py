@@ -15,7 +15,7 @@ from capsim.api.pools import Pools, build_pools, pool_cost, pool_summary, resolv
 from capsim.api.run_result import RunResult, step_parts, step_table
 from capsim.api.setup import Setup, apply_overrides, budget_with, describe, load_workload, resolve
 from capsim.core.names import OUTCOMES
-from capsim.cost.parallel import PipelineCost, pipeline_link
+from capsim.cost.parallel import ExpertParallelCost, PipelineCost, pipeline_link
 from capsim.cost.roofline import CostModel
 from capsim.errors import short_path
 from capsim.results.cost import deployment_cost, deployment_gpus, price_for
@@ -70,20 +70,29 @@ def _cost_model(setup: Setup, draft: CostModel | None) -> CostModel:
     """The replica's pricing: the model on its TP group, or with pp > 1 one virtual engine of the
     pipeline (capsim.cost.parallel.PipelineCost on the largest stage)."""
     w, spec = setup.workload, setup.workload.speculative
+    if w.ep > 1:
+        assert setup.stage_model is not None and setup.model.moe is not None  # resolve() made the rank's model
+        ep_cost = ExpertParallelCost(setup.stage_model, setup.hardware, setup.weights, setup.kv_cache, mode=w.mode,
+                                     unit_step_s=w.unit_step_s, engine=setup.engine, tp=1)
+        ep_cost.set_experts(w.ep, setup.model.moe.num_experts, *_link(setup, w.ep_link, "ep_link"))
+        return ep_cost
     if setup.stage_model is None:
         return CostModel(setup.model, setup.hardware, setup.weights, setup.kv_cache, mode=w.mode,
                          unit_step_s=w.unit_step_s, engine=setup.engine, tp=w.tp,
                          draft_tokens=spec.draft_tokens if spec else 0, draft=draft)
     cost = PipelineCost(setup.stage_model, setup.hardware, setup.weights, setup.kv_cache, mode=w.mode,
                         unit_step_s=w.unit_step_s, engine=setup.engine, tp=w.tp)
-    if w.pp_link is not None:
-        link = load_link(w.pp_link, "pp_link")
-        cost.set_pipeline(w.pp, link.achieved_bytes_per_s, link.latency_s)
-    else:
-        ic = setup.hardware.interconnect
-        cost.set_pipeline(w.pp, *pipeline_link(ic.gpu_link_bytes_per_s, ic.pcie_bytes_per_s, ic.link_efficiency,
-                                               ic.allreduce_latency_s))
+    cost.set_pipeline(w.pp, *_link(setup, w.pp_link, "pp_link"))
     return cost
+
+def _link(setup: Setup, given, field: str) -> tuple[float, float]:
+    """(achieved bytes/s, latency) of the link a pp or ep replica's GPUs talk over: the one given,
+    else the GPU's NVLink (or PCIe) at the profile's link efficiency."""
+    if given is not None:
+        link = load_link(given, field)
+        return link.achieved_bytes_per_s, link.latency_s
+    ic = setup.hardware.interconnect
+    return pipeline_link(ic.gpu_link_bytes_per_s, ic.pcie_bytes_per_s, ic.link_efficiency, ic.allreduce_latency_s)
 
 def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
              progress: Callable[[int, int | None], None] | None = None, objectives: Objectives | None = None,
@@ -108,7 +117,7 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
     pools = resolve_pools(w, source, base_dir) if w.serving and w.serving.disaggregated else None
     handoff = None
     if pools is None:
-        replicas = [build(setup, i) for i in range(w.replicas * w.pp)]
+        replicas = [build(setup, i) for i in range(w.replicas * w.pp * w.ep)]
     else:  # the run's set-up (summary, verdict) is the decode pool's; the prefill pool's is in `disaggregated`
         replicas, handoff = build_pools(pools, build)
         setup = pools.decode
@@ -193,7 +202,7 @@ def _cost(setup: Setup, summary: dict, price) -> dict:
     """The deployment's cost at this run's load (capsim.results.cost): every GPU of every replica."""
     w = setup.workload
     per_gpu, source = price_for(setup.hardware.name, setup.hardware.price_per_hour_usd, price)
-    cost = deployment_cost(per_gpu, source, deployment_gpus(w.tp, w.pp, w.replicas), summary["output_throughput"],
+    cost = deployment_cost(per_gpu, source, deployment_gpus(w.tp, w.pp * w.ep, w.replicas), summary["output_throughput"],
                            summary["total_token_throughput"], load_text(w))
     return {"gpus": cost.gpus, "usd_per_hour": cost.usd_per_hour, "usd_per_m_output_tokens": cost.usd_per_m_output_tokens,
             "usd_per_m_total_tokens": cost.usd_per_m_total_tokens, "cost": cost.as_dict()}

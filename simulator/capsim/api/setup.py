@@ -34,7 +34,9 @@ class Setup:
     max_num_batched_tokens: int
     memory: MemoryBudget
     engine: EngineProfile | None = None  # the serving engine's profile (None: the bare GPU roofline)
-    stage_model: C.ModelSpec | None = None  # pp > 1: the model cut to its largest pipeline stage (None: pp 1)
+    # The part of the model one GPU group runs: pp > 1 its largest pipeline stage, ep > 1 one
+    # expert-parallel rank's experts (None: the whole model)
+    stage_model: C.ModelSpec | None = None
 
 def load_workload(path: str | Path) -> WorkloadConfig:
     """Read and validate a workload YAML (errors name the file and the field). Every path in it
@@ -44,7 +46,7 @@ def load_workload(path: str | Path) -> WorkloadConfig:
     return with_paths_from(C.load_yaml_as(WorkloadConfig, path), path.absolute().parent)
 
 OVERRIDABLE = ("gpu", "model", "weights", "kv_cache", "scheduler", "allocator", "rate", "requests", "seed",
-               "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "mode", "horizon_s", "engine", "tp", "pp", "replicas", "router",
+               "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "mode", "horizon_s", "engine", "tp", "pp", "ep", "replicas", "router",
                "prefix_caching", "preemption")
 
 def apply_overrides(w: WorkloadConfig, source: str, **overrides) -> WorkloadConfig:
@@ -90,7 +92,7 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
     engine = _engine(w, source)
     w = with_engine_defaults(w, engine, hardware)
     _check_tp(model, w.tp, source)
-    stage = stage_model(model, w.pp, source)
+    stage = stage_model(model, w.pp, source) or rank_model(model, w.ep, source)
     check_memory(w, source)
     sched = w.scheduler
     max_model_len = w.max_model_len or model.max_context_tokens
@@ -207,6 +209,23 @@ def stage_model(model: C.ModelSpec, pp: int, source: str) -> C.ModelSpec | None:
         update["moe"] = moe.model_copy(update={"dense_layers": max(0, layers - (model.num_layers - moe.dense_layers))})
     return model.model_copy(update=update)
 
+def rank_model(model: C.ModelSpec, ep: int, source: str) -> C.ModelSpec | None:
+    """The model with one expert-parallel rank's share of the experts (capsim.cost.parallel):
+    its weights per GPU. None for ep 1."""
+    if ep == 1:
+        return None
+    moe = model.moe
+    if moe is None:
+        raise CapsimError(f"{source}: field 'ep' is {ep}, but {model.name} has no experts (expert parallelism "
+                          "needs a mixture-of-experts model).")
+    if moe.num_experts % ep or moe.num_experts // ep < moe.experts_per_token:
+        raise CapsimError(f"{source}: field 'ep' is {ep}, but {model.name}'s {moe.num_experts} experts "
+                          f"({moe.experts_per_token} per token) must split evenly into ranks of at least "
+                          f"{moe.experts_per_token}; use an ep that divides {moe.num_experts} and is at most "
+                          f"{moe.num_experts // moe.experts_per_token}.")
+    return model.model_copy(update={"moe": moe.model_copy(update={"num_experts": moe.num_experts // ep}),
+                                    "name": f"{model.name} (one of {ep} expert-parallel ranks)"})
+
 def _check_tp(model: C.ModelSpec, tp: int, source: str) -> None:
     if model.num_heads % tp:
         raise CapsimError(f"{source}: field 'tp' is {tp}, but {model.name} has {model.num_heads} attention heads; "
@@ -225,4 +244,4 @@ def describe(setup: Setup) -> dict:
         "engine": setup.engine.name if setup.engine else None,
         "engine_version": setup.engine.version if setup.engine else None, "tp": w.tp,
         "gpu_memory_utilization": w.gpu_memory_utilization, "gpu_blocks_log_line": m.log_line(),
-    } | ({"pp": w.pp} if w.pp > 1 else {})  # pp 1 adds no key: the summaries of earlier runs stay as they were
+    } | ({"pp": w.pp} if w.pp > 1 else {}) | ({"ep": w.ep} if w.ep > 1 else {})  # 1 adds no key: summaries stay as they were

@@ -48,6 +48,7 @@ class Pool(Frozen):
     replicas: int = Field(1, gt=0, le=4096, description="instances in the pool")
     tp: int | None = Field(None, gt=0, le=1024, description="tensor-parallel GPUs per instance (default: the workload's tp)")
     pp: int | None = Field(None, gt=0, le=256, description="pipeline stages per instance (default: the workload's pp)")
+    ep: int | None = Field(None, gt=0, le=1024, description="expert-parallel ranks per instance (default: the workload's ep)")
     gpu: str | None = Field(None, description="GPU of this pool (default: the workload's gpu)")
     max_num_seqs: int | None = Field(None, gt=0, le=10_000_000)
     max_num_batched_tokens: int | None = Field(None, gt=0, le=L.MAX_TOKENS)

@@ -319,6 +319,10 @@ class WorkloadConfig(Frozen):
                     "GPUs, pp micro-batches in flight; docs/shapes.md)")
     pp_link: str | Link | None = Field(None, description="link between pipeline stages: a name from "
                                        "spec/data/links.yaml or inline (default: the GPU's NVLink, else PCIe)")
+    ep: int = Field(1, gt=0, le=1024, description="expert-parallel GPUs per replica of a MoE model (attention "
+                    "data-parallel, experts spread; docs/shapes.md)")
+    ep_link: str | Link | None = Field(None, description="link of the experts' all-to-all: a name from "
+                                       "spec/data/links.yaml or inline (default: the GPU's NVLink, else PCIe)")
     mode: Literal["realistic", "document", "unit"] = "realistic"
     unit_step_s: float = Field(1.0, ge=1e-9, le=3600, description="step time in unit mode")
     scheduler: SchedulerConfig = SchedulerConfig()
@@ -356,8 +360,10 @@ class WorkloadConfig(Frozen):
     def _check(self) -> WorkloadConfig:
         if self.serving is not None and self.serving.disaggregated is not None:
             _check_disaggregated(self)
-        if self.pp > 1 and self.speculative is not None:
-            raise ValueError("'pp' above 1 does not combine with 'speculative' (not modelled)")
+        if (self.pp > 1 or self.ep > 1) and self.speculative is not None:
+            raise ValueError("'pp' or 'ep' above 1 does not combine with 'speculative' (not modelled)")
+        if self.ep > 1 and (self.pp > 1 or self.tp > 1):
+            raise ValueError("'ep' above 1 runs attention data-parallel, one GPU per rank: give tp 1 and pp 1")
         trace = self.arrivals.kind == "trace"
         if not trace and self.requests is None and self.duration_s is None:
             raise ValueError("give 'requests' (how many) or 'duration_s' (for how long)")
