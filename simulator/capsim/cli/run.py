@@ -38,6 +38,8 @@ def run(
     preemption: Annotated[Optional[str], typer.Option(help="recompute | swap")] = None,
     engine: Annotated[Optional[str], typer.Option(help="serving-engine profile: vllm, sglang, trt-llm, llama.cpp (see `capsim engines`)")] = None,
     tp: Annotated[Optional[int], typer.Option(help="tensor-parallel GPUs per replica")] = None,
+    pp: Annotated[Optional[int], typer.Option(help="pipeline stages per replica (docs/shapes.md)")] = None,
+    ep: Annotated[Optional[int], typer.Option(help="expert-parallel ranks per replica of a MoE model (docs/shapes.md)")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="also print the cost model's working for a typical step")] = False,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="write summary.json, requests.csv, steps.csv here: a new "
                                                     "or empty folder, or an earlier run's (replaced whole)")] = None,
@@ -60,7 +62,7 @@ def run(
                      rate=rate, requests=requests, seed=seed, max_num_seqs=max_num_seqs, mode=mode, horizon_s=horizon,
                      max_num_batched_tokens=max_num_batched_tokens, num_gpu_blocks=num_gpu_blocks,
                      replicas=replicas, router=router, prefix_caching=prefix_caching, preemption=preemption,
-                     engine=engine, tp=tp)
+                     engine=engine, tp=tp, pp=pp, ep=ep)
     goals, prices, qs = _goals(workload, slo, goodput_share), _prices(price_per_hour), parse_percentiles(percentiles)
     outputs = _outputs("run", out_dir, plots)
     if seeds is not None:
