@@ -20,3 +20,12 @@ def test_result_block_uses_vllm_line_names(round_gpu_file):
 def test_markdown_and_csv():
     assert markdown_table(["a", "b"], [[1000, "x"]]) == "| a | b |\n| --- | --- |\n| 1,000 | x |"
     assert csv_table(["a", "b"], [[1, "x,y"]]) == 'a,b\n1,"x,y"\n'
+
+
+def test_result_block_shows_the_pools_of_a_disaggregated_run(round_gpu_file):
+    link = {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-3}
+    w = workload(round_gpu_file, serving={"disaggregated": {"prefill": {"replicas": 2}, "link": link}})
+    text = result_block(simulate(w).summary)
+    assert "Prefill pool:                            2 x TP 1 round-gpu (2 GPU(s))" in text
+    assert "Decode pool:                             1 x TP 1 round-gpu (1 GPU(s))" in text
+    assert "KV transfers, GB moved:                  40," in text

@@ -20,8 +20,11 @@ so a run takes milliseconds; unit mode (every step the same length) makes step e
 and think times tie often, which is where orderings differ if anything does.
 """
 
+from functools import partial
+
 import numpy as np
 import pytest
+from capsim.api.pools import build_pools, resolve_pools
 from capsim.sim.engine import Engine
 from capsim.api import build_replica, resolve, simulate
 from capsim.workload.streams import build_stream
@@ -190,8 +193,12 @@ def assert_memory_returned(w) -> None:
     """The allocators' own invariants after a run, and with no horizon every block and every
     byte of swap space back (cached prefixes count as free)."""
     setup, stream = resolve(w), build_stream(w)
-    replicas = [build_replica(setup, i, num_classes=len(stream.class_names)) for i in range(w.replicas)]
-    Engine(replicas, stream, horizon_s=w.horizon_s, router=w.router).run()
+    build = partial(build_replica, num_classes=len(stream.class_names))
+    if w.serving is not None:
+        replicas, handoff = build_pools(resolve_pools(w, "test", None), build)
+    else:
+        replicas, handoff = [build(setup, i) for i in range(w.replicas * w.pp * w.ep)], None
+    Engine(replicas, stream, horizon_s=w.horizon_s, router=w.router, handoff=handoff).run()
     for rep in replicas:
         rep.kv.check()
         if w.horizon_s is None:
@@ -202,5 +209,55 @@ def assert_memory_returned(w) -> None:
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(fields=workloads())
 def test_macro_steps_equal_step_by_step_everywhere(round_gpu_file, trace_file, fields):
+    w = _build(round_gpu_file, trace_file, fields)
+    assert_same(w)
+
+
+@st.composite
+def disaggregated_workloads(draw) -> dict:
+    """The same workloads served by a prefill pool and a decode pool (1-3 instances each, their
+    own TP and KV), over a link from instant to slow, so landings tie with step ends and queue."""
+    fields = draw(workloads())
+    fields.pop("speculative", None)  # not modelled across the handoff (resolve() refuses it)
+    replicas = fields.pop("replicas")
+    tp = draw(st.sampled_from([1, 1, 2]))
+    blocks = fields.get("num_gpu_blocks")
+    fields["serving"] = {"disaggregated": {
+        "prefill": {"replicas": replicas if replicas < 4 else 1, "tp": tp},
+        "decode": {"replicas": draw(st.integers(1, 3)), "num_gpu_blocks": draw(st.sampled_from([blocks, blocks, 2 * blocks]))},
+        "link": {"bandwidth_bytes_per_s": draw(st.sampled_from([1e8, 1e9, 1e12])),
+                 "latency_s": draw(st.sampled_from([0.0, 0.0, 1e-3])), "per_transfer_s": draw(st.sampled_from([0.0, 1e-3]))},
+    }}
+    return fields
+
+
+@st.composite
+def pipelined_workloads(draw) -> dict:
+    """The same workloads on a 4-layer model cut into 2-4 pipeline stages (uneven at 3), each
+    replica running pp virtual engines."""
+    fields = draw(workloads())
+    fields.pop("speculative", None)  # not modelled with pp (resolve() refuses it)
+    fields["model"] = dict(TINY_MODEL, name="tiny4", num_layers=4)
+    fields["pp"] = draw(st.sampled_from([2, 3, 4]))
+    fields["pp_link"] = draw(st.sampled_from([None, {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-4}]))
+    fields["num_gpu_blocks"] = fields["num_gpu_blocks"] * fields["pp"]  # each virtual engine gets 1/pp
+    return fields
+
+
+@st.composite
+def expert_parallel_workloads(draw) -> dict:
+    """The same workloads on a 2-layer model of 8 experts (2 per token) spread over 2 or 4 ranks."""
+    fields = draw(workloads())
+    fields.pop("speculative", None)
+    fields["model"] = dict(TINY_MODEL, name="tiny-moe", num_layers=2,
+                           moe={"num_experts": 8, "experts_per_token": 2, "expert_intermediate_size": 1000})
+    fields.update(tp=1, ep=draw(st.sampled_from([2, 4])),
+                  ep_link=draw(st.sampled_from([None, {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-4}])))
+    return fields
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fields=st.one_of(disaggregated_workloads(), pipelined_workloads(), expert_parallel_workloads()))
+def test_macro_steps_equal_step_by_step_in_every_deployment_shape(round_gpu_file, trace_file, fields):
     w = _build(round_gpu_file, trace_file, fields)
     assert_same(w)

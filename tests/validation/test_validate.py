@@ -119,12 +119,29 @@ def test_a_max_concurrency_run_on_sharegpt_is_a_closed_loop_with_the_stated_mean
     assert (w.prompt_tokens.dist, w.prompt_tokens.mean, w.output_tokens.mean) == ("lognormal", 232.6, 220.61)
 
 
-def test_disaggregated_points_are_skipped_with_the_reason(points):
+def test_disaggregated_points_map_onto_pools_or_say_why_not(points):
+    """Mooncake's 1P1D A10 runs become a prefill and a decode pool over the link class of their
+    transport; SGLang's pools measured alone with expert parallelism are skipped with the reason."""
     disaggregated = [p for p in points.values() if p["group"] == "disaggregated"]
-    assert disaggregated
+    assert len(disaggregated) == 24
+    mapped = 0
     for p in disaggregated:
-        with pytest.raises(Skip, match="disaggregated serving not simulated yet"):
-            workload_for(p)
+        if p["_file"] == "sglang-pd-disagg-deepseek-h100.yaml":
+            with pytest.raises(Skip, match="expert parallelism"):
+                workload_for(p)
+            continue
+        w = workload_for(p)
+        d = w.serving.disaggregated
+        assert (d.prefill.replicas, d.decode.replicas, w.tp, w.gpu) == (1, 1, 1, "a10")
+        assert d.link == ("tcp-25gbe" if "-tcp-" in p["id"] else "rdma-100g")
+        assert (w.engine, w.max_model_len, w.gpu_memory_utilization) == ("vllm@0.5", 10000, 0.95)
+        mapped += 1
+    assert mapped == 20
+
+
+def test_a_disaggregated_point_runs_end_to_end():
+    outcomes = run_suite(SUITE, only=["mooncake-vllm062-a10-1p1d-rdma-in256-qps2-ttft"], workers=1)
+    assert [o.status for o in outcomes] == ["ok"] and outcomes[0].predicted > 0
 
 
 def test_points_read_off_one_run_share_one_simulation(points):

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
+from capsim.api.pools import Pools, build_pools, pool_cost, pool_summary, resolve_pools
 from capsim.api.run_result import RunResult, step_parts, step_table
 from capsim.api.setup import Setup, apply_overrides, budget_with, describe, load_workload, resolve
 from capsim.core.names import OUTCOMES
+from capsim.cost.parallel import ExpertParallelCost, PipelineCost, pipeline_link
 from capsim.cost.roofline import CostModel
 from capsim.errors import short_path
 from capsim.results.cost import deployment_cost, deployment_gpus, price_for
@@ -31,18 +33,21 @@ from capsim.sim.speculative import TokenSchedule
 from capsim.sim.step_log import step_totals
 from capsim.spec.catalog import load_model
 from capsim.spec.formats import get_format
+from capsim.spec.shapes import load_link
 from capsim.workload.schema import WorkloadConfig
 from capsim.workload.streams import build_stream
 
 
 def build_replica(setup: Setup, index: int = 0, num_classes: int = 1) -> Replica:
     w, sched = setup.workload, setup.workload.scheduler
+    # pp > 1: this is one of the replica's pp virtual engines, with 1/pp of the KV (vLLM V0's PP)
+    num_blocks = setup.memory.num_blocks // w.pp
     if setup.allocator == "paged":
-        watermark = int(sched.watermark * setup.memory.num_blocks)
-        kv = PagedAllocator(setup.memory.num_blocks, sched.block_size, watermark, caching=w.prefix_caching,
+        watermark = int(sched.watermark * num_blocks)
+        kv = PagedAllocator(num_blocks, sched.block_size, watermark, caching=w.prefix_caching,
                             seq_units=setup.memory.seq_units)
     else:
-        kv = ContiguousAllocator(setup.memory.num_blocks, setup.max_model_len, w.reserve)
+        kv = ContiguousAllocator(num_blocks, setup.max_model_len, w.reserve)
     multi_step = setup.engine.overhead.steps_per_schedule if setup.engine and w.mode == "realistic" else 1
     scheduler = SCHEDULERS[sched.kind](sched.max_num_seqs, setup.max_num_batched_tokens, setup.max_model_len,
                                        steps_per_schedule=multi_step)
@@ -51,8 +56,7 @@ def build_replica(setup: Setup, index: int = 0, num_classes: int = 1) -> Replica
     if spec is not None and spec.draft_model is not None:
         draft = CostModel(load_model(spec.draft_model), setup.hardware, setup.weights, setup.kv_cache, mode=w.mode,
                           unit_step_s=0.0, engine=setup.engine, tp=w.tp)
-    cost = CostModel(setup.model, setup.hardware, setup.weights, setup.kv_cache, mode=w.mode, unit_step_s=w.unit_step_s,
-                     engine=setup.engine, tp=w.tp, draft_tokens=spec.draft_tokens if spec else 0, draft=draft)
+    cost = _cost_model(setup, draft)
     schedule = TokenSchedule.for_speculation(spec.draft_tokens, spec.acceptance_rate) if spec else TokenSchedule()
     running = RunningSet(kv.block_size, cost.window if w.mode == "realistic" else 0, num_classes, schedule)
     swap = None
@@ -61,6 +65,34 @@ def build_replica(setup: Setup, index: int = 0, num_classes: int = 1) -> Replica
         swap = SwapSpace(w.swap_space_gib * 2**30, bytes_per_token * kv.block_size,
                          setup.hardware.interconnect.pcie_bytes_per_s)
     return Replica(index, scheduler, kv, cost, running, swap=swap)
+
+def _cost_model(setup: Setup, draft: CostModel | None) -> CostModel:
+    """The replica's pricing: the model on its TP group, or with pp > 1 one virtual engine of the
+    pipeline (capsim.cost.parallel.PipelineCost on the largest stage)."""
+    w, spec = setup.workload, setup.workload.speculative
+    if w.ep > 1:
+        assert setup.stage_model is not None and setup.model.moe is not None  # resolve() made the rank's model
+        ep_cost = ExpertParallelCost(setup.stage_model, setup.hardware, setup.weights, setup.kv_cache, mode=w.mode,
+                                     unit_step_s=w.unit_step_s, engine=setup.engine, tp=1)
+        ep_cost.set_experts(w.ep, setup.model.moe.num_experts, *_link(setup, w.ep_link, "ep_link"))
+        return ep_cost
+    if setup.stage_model is None:
+        return CostModel(setup.model, setup.hardware, setup.weights, setup.kv_cache, mode=w.mode,
+                         unit_step_s=w.unit_step_s, engine=setup.engine, tp=w.tp,
+                         draft_tokens=spec.draft_tokens if spec else 0, draft=draft)
+    cost = PipelineCost(setup.stage_model, setup.hardware, setup.weights, setup.kv_cache, mode=w.mode,
+                        unit_step_s=w.unit_step_s, engine=setup.engine, tp=w.tp)
+    cost.set_pipeline(w.pp, *_link(setup, w.pp_link, "pp_link"))
+    return cost
+
+def _link(setup: Setup, given, field: str) -> tuple[float, float]:
+    """(achieved bytes/s, latency) of the link a pp or ep replica's GPUs talk over: the one given,
+    else the GPU's NVLink (or PCIe) at the profile's link efficiency."""
+    if given is not None:
+        link = load_link(given, field)
+        return link.achieved_bytes_per_s, link.latency_s
+    ic = setup.hardware.interconnect
+    return pipeline_link(ic.gpu_link_bytes_per_s, ic.pcie_bytes_per_s, ic.link_efficiency, ic.allreduce_latency_s)
 
 def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
              progress: Callable[[int, int | None], None] | None = None, objectives: Objectives | None = None,
@@ -81,15 +113,23 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
     w = apply_overrides(w, source, **overrides)
     setup = resolve(w, source, base_dir)
     stream = build_stream(w, base_dir)
-    replicas = [build_replica(setup, i, num_classes=len(stream.class_names)) for i in range(w.replicas)]
+    build = partial(build_replica, num_classes=len(stream.class_names))
+    pools = resolve_pools(w, source, base_dir) if w.serving and w.serving.disaggregated else None
+    handoff = None
+    if pools is None:
+        replicas = [build(setup, i) for i in range(w.replicas * w.pp * w.ep)]
+    else:  # the run's set-up (summary, verdict) is the decode pool's; the prefill pool's is in `disaggregated`
+        replicas, handoff = build_pools(pools, build)
+        setup = pools.decode
     engine = Engine(replicas, stream, horizon_s=w.horizon_s, macro_steps=macro_steps, router=w.router,
-                    progress=progress)
+                    progress=progress, handoff=handoff)
     with _collector_paused():
         end_s = engine.run()
     if objectives is None:
         objectives = from_workload(setup.workload.slo)
     asked = DEFAULT_PERCENTILES if percentiles is None else percentiles
-    return _result(setup, engine, end_s, objectives, tuple(sorted(set(asked) | set(objectives.percentiles()))), price)
+    return _result(setup, engine, end_s, objectives, tuple(sorted(set(asked) | set(objectives.percentiles()))), price,
+                   pools)
 
 @contextmanager
 def _collector_paused():
@@ -105,7 +145,7 @@ def _collector_paused():
             gc.enable()
 
 def _result(setup: Setup, engine: Engine, end_s: float, objectives: Objectives, percentiles: tuple[float, ...],
-            price) -> RunResult:
+            price, pools: Pools | None = None) -> RunResult:
     requests = engine.requests.columns()
     log, cm = engine.steps, engine.replicas[0].cost
     if log.large:  # summarise in chunks; the table gets one row per macro-step, when asked for
@@ -137,7 +177,11 @@ def _result(setup: Setup, engine: Engine, end_s: float, objectives: Objectives, 
         summary["kv_reserved_unused"] = 0.0
     summary.update(_feature_stats(setup, engine, totals, requests))
     summary.update(kv_fit(requests, setup.memory.kv_tokens, setup.max_model_len))
-    summary.update(_cost(setup, summary, price))
+    if pools is None:
+        summary.update(_cost(setup, summary, price))
+    else:
+        summary.update(pool_cost(pools, summary, price, load_text(setup.workload)))
+        summary["disaggregated"] = pool_summary(pools, engine, parts(), end_s)
     summary["setup"] = describe(setup)
     summary["verdict"] = judge(summary, objectives, setup, kv_alternatives(setup, summary.get("mean_request_tokens")),
                                capacity_command(setup.source, objectives, engine.closed_loop)).as_dict()
@@ -158,7 +202,7 @@ def _cost(setup: Setup, summary: dict, price) -> dict:
     """The deployment's cost at this run's load (capsim.results.cost): every GPU of every replica."""
     w = setup.workload
     per_gpu, source = price_for(setup.hardware.name, setup.hardware.price_per_hour_usd, price)
-    cost = deployment_cost(per_gpu, source, deployment_gpus(w.tp, 1, w.replicas), summary["output_throughput"],
+    cost = deployment_cost(per_gpu, source, deployment_gpus(w.tp, w.pp * w.ep, w.replicas), summary["output_throughput"],
                            summary["total_token_throughput"], load_text(w))
     return {"gpus": cost.gpus, "usd_per_hour": cost.usd_per_hour, "usd_per_m_output_tokens": cost.usd_per_m_output_tokens,
             "usd_per_m_total_tokens": cost.usd_per_m_total_tokens, "cost": cost.as_dict()}

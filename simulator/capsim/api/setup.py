@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capsim.cost.memory import MemoryBudget, memory_budget
+from capsim.cost.parallel import stage_layers
 from capsim.errors import CapsimError
 from capsim.spec import config as C
 from capsim.spec.catalog import load_hardware, load_model
@@ -33,6 +34,9 @@ class Setup:
     max_num_batched_tokens: int
     memory: MemoryBudget
     engine: EngineProfile | None = None  # the serving engine's profile (None: the bare GPU roofline)
+    # The part of the model one GPU group runs: pp > 1 its largest pipeline stage, ep > 1 one
+    # expert-parallel rank's experts (None: the whole model)
+    stage_model: C.ModelSpec | None = None
 
 def load_workload(path: str | Path) -> WorkloadConfig:
     """Read and validate a workload YAML (errors name the file and the field). Every path in it
@@ -42,7 +46,7 @@ def load_workload(path: str | Path) -> WorkloadConfig:
     return with_paths_from(C.load_yaml_as(WorkloadConfig, path), path.absolute().parent)
 
 OVERRIDABLE = ("gpu", "model", "weights", "kv_cache", "scheduler", "allocator", "rate", "requests", "seed",
-               "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "mode", "horizon_s", "engine", "tp", "replicas", "router",
+               "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "mode", "horizon_s", "engine", "tp", "pp", "ep", "replicas", "router",
                "prefix_caching", "preemption")
 
 def apply_overrides(w: WorkloadConfig, source: str, **overrides) -> WorkloadConfig:
@@ -88,6 +92,7 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
     engine = _engine(w, source)
     w = with_engine_defaults(w, engine, hardware)
     _check_tp(model, w.tp, source)
+    stage = stage_model(model, w.pp, source) or rank_model(model, w.ep, source)
     check_memory(w, source)
     sched = w.scheduler
     max_model_len = w.max_model_len or model.max_context_tokens
@@ -111,7 +116,7 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
                           "allocator: paged (a contiguous reservation cannot be shared).")
     if w.speculative and w.speculative.draft_model:  # an unknown draft is named against its field
         _look_up(load_model, w.speculative.draft_model, source, "speculative.draft_model")
-    memory = _memory(w, model, hardware, weights, kv_fmt, allocator, budget, engine, w.tp, w.num_gpu_blocks)
+    memory = _memory(w, stage or model, hardware, weights, kv_fmt, allocator, budget, engine, w.tp, w.num_gpu_blocks)
     if memory.num_blocks <= 0 and memory.kv_bytes > 0:
         raise CapsimError(
             f"{source}: field 'scheduler.block_size' is {sched.block_size:,}: one KV block of that many tokens takes "
@@ -124,7 +129,7 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
             f"gpu_memory_utilization {w.gpu_memory_utilization}). Use a smaller model or weight format, or a bigger GPU."
         )
     return Setup(w, source, base_dir, model, hardware, weights, kv_fmt, allocator, max_model_len, budget, memory,
-                 engine)
+                 engine, stage)
 
 def _memory(w: WorkloadConfig, model, hardware, weights, kv_fmt, allocator: str, max_num_batched_tokens: int,
             engine: EngineProfile | None, tp: int, num_gpu_blocks: int | None) -> MemoryBudget:
@@ -140,7 +145,7 @@ def _memory(w: WorkloadConfig, model, hardware, weights, kv_fmt, allocator: str,
 
 def budget_with(setup: Setup, kv_fmt: NumberFormat | None = None, tp: int | None = None) -> MemoryBudget:
     """The set-up's KV budget with another KV format or TP (what the verdict suggests)."""
-    return _memory(setup.workload, setup.model, setup.hardware, setup.weights, kv_fmt or setup.kv_cache,
+    return _memory(setup.workload, setup.stage_model or setup.model, setup.hardware, setup.weights, kv_fmt or setup.kv_cache,
                    setup.allocator, setup.max_num_batched_tokens, setup.engine, tp or setup.workload.tp, None)
 
 def _engine(w: WorkloadConfig, source: str) -> EngineProfile | None:
@@ -185,6 +190,42 @@ def _check_some_request_fits(w: WorkloadConfig, max_model_len: int, source: str)
             f"{max_model_len:,}, so every one is rejected; with think_time_s 0 and no 'requests' count the users would "
             "resend them for ever at the same instant. Shorten the lengths, raise max_model_len, or give 'requests'.")
 
+def stage_model(model: C.ModelSpec, pp: int, source: str) -> C.ModelSpec | None:
+    """The model cut to its largest pipeline stage (capsim.cost.parallel): its memory per GPU and
+    its step time are that stage's. None for pp 1."""
+    if pp == 1:
+        return None
+    counts = model.layer_counts
+    if counts.sliding or counts.linear:
+        raise CapsimError(f"{source}: field 'pp' is {pp}, but {model.name} has sliding-window or linear-attention "
+                          "layers; pipeline stages are modelled for models whose layers are all full attention (use pp 1).")
+    if pp > model.num_layers:
+        raise CapsimError(f"{source}: field 'pp' is {pp}, more than {model.name}'s {model.num_layers} layers; each "
+                          "pipeline stage needs at least one layer.")
+    layers = max(stage_layers(model.num_layers, pp))
+    update: dict = {"num_layers": layers, "layers": None, "name": f"{model.name} (largest of {pp} stages)"}
+    moe = model.moe
+    if moe is not None:  # the heaviest stage: as few dense layers as a stage of this length can have
+        update["moe"] = moe.model_copy(update={"dense_layers": max(0, layers - (model.num_layers - moe.dense_layers))})
+    return model.model_copy(update=update)
+
+def rank_model(model: C.ModelSpec, ep: int, source: str) -> C.ModelSpec | None:
+    """The model with one expert-parallel rank's share of the experts (capsim.cost.parallel):
+    its weights per GPU. None for ep 1."""
+    if ep == 1:
+        return None
+    moe = model.moe
+    if moe is None:
+        raise CapsimError(f"{source}: field 'ep' is {ep}, but {model.name} has no experts (expert parallelism "
+                          "needs a mixture-of-experts model).")
+    if moe.num_experts % ep or moe.num_experts // ep < moe.experts_per_token:
+        raise CapsimError(f"{source}: field 'ep' is {ep}, but {model.name}'s {moe.num_experts} experts "
+                          f"({moe.experts_per_token} per token) must split evenly into ranks of at least "
+                          f"{moe.experts_per_token}; use an ep that divides {moe.num_experts} and is at most "
+                          f"{moe.num_experts // moe.experts_per_token}.")
+    return model.model_copy(update={"moe": moe.model_copy(update={"num_experts": moe.num_experts // ep}),
+                                    "name": f"{model.name} (one of {ep} expert-parallel ranks)"})
+
 def _check_tp(model: C.ModelSpec, tp: int, source: str) -> None:
     if model.num_heads % tp:
         raise CapsimError(f"{source}: field 'tp' is {tp}, but {model.name} has {model.num_heads} attention heads; "
@@ -203,4 +244,4 @@ def describe(setup: Setup) -> dict:
         "engine": setup.engine.name if setup.engine else None,
         "engine_version": setup.engine.version if setup.engine else None, "tp": w.tp,
         "gpu_memory_utilization": w.gpu_memory_utilization, "gpu_blocks_log_line": m.log_line(),
-    }
+    } | ({"pp": w.pp} if w.pp > 1 else {}) | ({"ep": w.ep} if w.ep > 1 else {})  # 1 adds no key: summaries stay as they were

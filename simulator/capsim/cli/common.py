@@ -168,6 +168,8 @@ SETUP_OPTIONS = (
     SetupOption("engine", str, ("--engine",), "serving-engine profile: vllm, sglang, trt-llm, llama.cpp (see "
                 "`capsim engines`)"),
     SetupOption("tp", int, ("--tp",), "tensor-parallel GPUs per replica"),
+    SetupOption("pp", int, ("--pp",), "pipeline stages per replica (docs/shapes.md)"),
+    SetupOption("ep", int, ("--ep",), "expert-parallel ranks per replica of a MoE model (docs/shapes.md)"),
     SetupOption("replicas", int, ("--replicas",), "copies of the server behind a router"),
     SetupOption("router", str, ("--router",), "round_robin | least_outstanding | least_kv"),
     SetupOption("scheduler", str, ("--scheduler",), "static | continuous | chunked"),

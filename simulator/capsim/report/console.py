@@ -45,6 +45,8 @@ def result_block(s: dict) -> str:
             out.append(_line(f"{label} {name} (ms):", s[f"{stat}_{key}_ms"]))
     out += _load_lines(s)
     out += _kv_lines(s)
+    if "disaggregated" in s:
+        out += _pool_lines(s["disaggregated"])
     out.append("=" * WIDTH)
     return "\n".join(out)
 
@@ -93,6 +95,23 @@ def _kv_lines(s: dict) -> list[str]:
     out.append(_line("KV internal waste (%):", 100 * s["kv_internal_waste"]))
     out.append(_line("KV reserved but unused (%):", 100 * s["kv_reserved_unused"]))
     out.append(_line("KV capacity in use (% time-avg):", 100 * s["kv_capacity_utilisation"]))
+    return out
+
+
+def _pool_lines(d: dict) -> list[str]:
+    """Disaggregated serving: each pool's GPUs, busy share and batch; the link; the transfers."""
+    out = [_title(" capsim: prefill / decode pools ", "-")]
+    for name in ("prefill", "decode"):
+        p = d[name]
+        out.append(_line(f"{name.capitalize()} pool:", f"{p['replicas']} x TP {p['tp']} {p['gpu']} ({p['gpus']} GPU(s))"))
+        out.append(_line(f"{name.capitalize()} busy (%), mean batch:", f"{100 * p['busy_share']:.1f}, {p['mean_batch_seqs']:.1f}"))
+    link, t = d["link"], d["transfers"]
+    out.append(_line("Link:", f"{link['name']} ({link['bandwidth_bytes_per_s'] / 1e9:,.1f} GB/s x {link['efficiency']:g})"))
+    out.append(_line("KV transfers, GB moved:", f"{t['count']:,}, {t['bytes'] / 1e9:,.2f}"))
+    if t["count"]:
+        out.append(_line("Transfer mean / p99 (ms):", f"{t['mean_transfer_ms']:,.2f} / {t['p99_transfer_ms']:,.2f}"))
+        out.append(_line("Waiting for the link mean / p99 (ms):",
+                         f"{t['mean_link_queue_ms']:,.2f} / {t['p99_link_queue_ms']:,.2f}"))
     return out
 
 

@@ -33,6 +33,7 @@ from capsim.core.plan import StepPlan
 from capsim.core.request import Request
 from capsim.sim.arrivals import open_loop, user
 from capsim.sim.clock import At
+from capsim.sim.handoff import Handoff
 from capsim.sim.intake import _STEP_END, InFlight, Intake
 from capsim.sim.passes import Pass
 from capsim.sim.replica import Replica
@@ -50,8 +51,8 @@ class Engine(Intake):
 
     def __init__(self, replicas: list[Replica], stream: OpenLoopStream | ClosedLoopStream,
                  horizon_s: float | None = None, macro_steps: bool = True, router: str = "round_robin",
-                 progress: Callable[[int, int | None], None] | None = None) -> None:
-        super().__init__(replicas, stream, macro_steps, router)
+                 progress: Callable[[int, int | None], None] | None = None, handoff: Handoff | None = None) -> None:
+        super().__init__(replicas, stream, macro_steps, router, handoff)
         self.horizon_s = horizon_s
         # progress(requests finished, requests in the workload or None) every PROGRESS_EVERY
         # iterations of the step loops (capsim run's progress bar); it only reads.
@@ -95,6 +96,8 @@ class Engine(Intake):
         for rep in self.replicas:
             for req in list(rep.running.decoders()) + list(rep.waiting):
                 self.outcomes.unfinished(req)
+        for req in self.handoff.moving.values() if self.handoff else ():  # KV still on the link
+            self.outcomes.unfinished(req)
         return self.now_s if self.pull else env.now
 
     def _run_alone(self, rep: Replica) -> None:
@@ -141,14 +144,16 @@ class Engine(Intake):
                 yield At(env, self.now_s, self._plan_first + rep.index)
                 self.now_s = env.now
             if not rep.waiting and not rep.running:
-                if self._arrivals_done:
+                if self._quiet():
+                    if self.handoff is not None:
+                        self._wake_all()  # the decode pool's idle instances are done too
                     return
                 yield from self._idle(rep)
                 continue
             plan = rep.scheduler.schedule(rep.waiting, rep.running, rep.kv)  # a decision, nothing moves
             self._start(rep, plan)  # rejections, preemptions, admissions and their blocks
             if plan.is_empty:
-                if self._arrivals_done and not rep.running and not plan.rejected:
+                if self._quiet() and not rep.running and not plan.rejected:
                     raise RuntimeError("scheduler made no progress with nothing running (a capsim bug)")
                 if not plan.rejected:
                     yield from self._idle(rep)
@@ -291,7 +296,9 @@ class Engine(Intake):
         emitting = self._advance_scheduled(rep, plan, run)
         rep.stored_tokens += plan.num_tokens - plan.num_decodes + run.num_decoders * gained - cut
         done = finished
-        if not plan.decode_only:  # then forked samples that wanted one token
+        if rep.role == "prefill":  # prefilled prompts sample in the decode pool, not here
+            self._hand_off(rep, emitting, end)
+        elif not plan.decode_only:  # then forked samples that wanted one token
             done = self._emit_tokens(rep, emitting, run.start_s, end) + finished + running.finishing()
         if plan.decode_only:
             self._record_segment(rep, plan, run, cut)

@@ -18,6 +18,7 @@ from capsim.core.names import REJECT_REASONS
 from capsim.core.request import Request
 from capsim.sim.arrivals import open_loop_request
 from capsim.sim.clock import At, Environment
+from capsim.sim.handoff import Handoff
 from capsim.sim.outcomes import Outcomes
 from capsim.sim.replica import Replica
 from capsim.sim.request_log import RequestLog
@@ -52,9 +53,15 @@ class Intake:
     ROUTERS = ("round_robin", "least_outstanding", "least_kv")
 
     def __init__(self, replicas: list[Replica], stream: OpenLoopStream | ClosedLoopStream, macro_steps: bool,
-                 router: str) -> None:
+                 router: str, handoff: Handoff | None = None) -> None:
         self.env = Environment()
         self.replicas, self.stream, self.macro_steps, self.router = replicas, stream, macro_steps, router
+        # Disaggregated serving: arrivals go to the prefill pool, prefilled requests move to the
+        # decode pool through `handoff` (None: every replica serves whole requests).
+        self.handoff = handoff
+        self.entry = [r for r in replicas if r.role != "decode"]  # the replicas arrivals are routed to
+        self.decode_pool = [r for r in replicas if r.role == "decode"]
+        self._rr_decode = 0
         self.requests = RequestLog(REJECT_REASONS, stream.class_names)
         self.outcomes = Outcomes(self.requests)
         self.arrived = 0
@@ -77,20 +84,27 @@ class Intake:
         self._send_now = _STEP_END + num  # priorities: see the order of an instant above
         self._plan_first = _STEP_END + num + 1
         # Closed loop with several replicas: a send can be made while a replica is in a macro-step
-        # planned without it (another replica's request finished), so macro-steps stay cuttable.
-        self._cutting = macro_steps and self.closed_loop and num > 1
+        # planned without it (another replica's request finished), so macro-steps stay cuttable;
+        # so does a transfer to the decode pool, made while its replicas decode.
+        self._cutting = macro_steps and (self.closed_loop or handoff is not None) and num > 1
         self._in_flight: dict[int, InFlight] = {}  # replica index -> its cuttable macro-step
 
     def next_arrival_s(self) -> float:
+        """When a request next joins a queue: an arrival, a send, or (disaggregated) a landing."""
         if self.pull:
             return self._due
         if self.closed_loop:
             limit = cast(ClosedLoopStream, self.stream).max_requests
             if limit is not None and self.arrived >= limit:
-                return math.inf  # the sends still pending only end their users
-            return min(self._pending_sends.values(), default=math.inf)
-        times = cast(OpenLoopStream, self.stream).arrival_s
-        return float(times[self.next_index]) if self.next_index < len(times) else math.inf
+                nxt = math.inf  # the sends still pending only end their users
+            else:
+                nxt = min(self._pending_sends.values(), default=math.inf)
+        else:
+            times = cast(OpenLoopStream, self.stream).arrival_s
+            nxt = float(times[self.next_index]) if self.next_index < len(times) else math.inf
+        if self.handoff is not None and self.handoff.landing_s:
+            nxt = min(nxt, min(self.handoff.landing_s.values()))
+        return nxt
 
     def at(self, when: float, user: int | None = None, planned: int = 0) -> Event:
         """An event at `when`, for arrivals and users (see the order of an instant above). A
@@ -129,8 +143,7 @@ class Intake:
         rep = self._route()
         req.replica = rep.index
         rep.waiting.append(req)
-        if rep.wake is not None and not rep.wake.triggered:
-            rep.wake.succeed()
+        _wake(rep)
 
     def _pull(self, now: float) -> None:
         """Submit the open-loop arrivals due by `now` (one replica: see __init__)."""
@@ -160,23 +173,73 @@ class Intake:
         if self._users_left == 0:
             self.arrivals_finished()
 
-    def _route(self) -> Replica:
-        """The replica a new request goes to."""
-        replicas = self.replicas
+    def _route(self, decode: bool = False) -> Replica:
+        """The replica a new request goes to (`decode`: the decode instance a handoff goes to)."""
+        replicas = self.decode_pool if decode else self.entry
         if len(replicas) == 1:
             return replicas[0]
         if self.router == "least_outstanding":
             return min(replicas, key=lambda r: (len(r.waiting) + len(r.running), r.index))
         if self.router == "least_kv":
             return min(replicas, key=lambda r: (r.kv.used_units / r.kv.num_blocks, len(r.waiting), r.index))
+        if decode:
+            self._rr_decode += 1
+            return replicas[(self._rr_decode - 1) % len(replicas)]
         rep = replicas[self._rr % len(replicas)]
         self._rr += 1
         return rep
 
     def _wake_all(self) -> None:
         for rep in self.replicas:
-            if rep.wake is not None and not rep.wake.triggered:
-                rep.wake.succeed()
+            _wake(rep)
+
+    # ---------------------------------------------------------------- disaggregated handoff
+
+    def _hand_off(self, rep: Replica, reqs: list[Request], now: float) -> None:
+        """Prefilled requests leave their prefill instance (which keeps their KV until it has
+        crossed the link) and join a decode instance's queue when their transfer lands."""
+        handoff = self.handoff
+        assert handoff is not None  # only prefill replicas hand off, and only with a handoff
+        rep.running.remove(reqs)
+        for req in reqs:
+            # Strictly after now, so a landing never joins a step that has already planned.
+            land = max(handoff.send(rep.index, req, now), math.nextafter(now, math.inf))
+            handoff.landing_s[req.id] = land
+            At(self.env, land, _ARRIVAL).callbacks.append(self._lands(rep, req))
+            if self._in_flight:
+                self._cut(land, 0)
+
+    def _lands(self, sender: Replica, req: Request):
+        def landed(_: Event) -> None:
+            self._land(sender, req)
+        return landed
+
+    def _land(self, sender: Replica, req: Request) -> None:
+        """A transfer lands: the prefill instance lets the KV go, the request queues at a decode
+        instance holding all but its last prompt token's KV (the decode instance computes that
+        token to sample the first output token, as vLLM's KV connectors do)."""
+        handoff = self.handoff
+        assert handoff is not None
+        handoff.landed(req)
+        sender.kv.release(req)
+        sender.stored_tokens -= req.computed_tokens
+        _wake(sender)
+        req.computed_tokens -= 1
+        dest = self._route(decode=True)
+        req.replica = dest.index
+        dest.landed.add(req.id)
+        dest.waiting.append(req)
+        _wake(dest)
+        if not handoff.landing_s:  # idle decode instances may be done now
+            self._wake_all()
+
+    def _quiet(self) -> bool:
+        """No request will join any queue again (disaggregated: nothing is left upstream)."""
+        if not self._arrivals_done:
+            return False
+        if self.handoff is None:
+            return True
+        return not self.handoff.landing_s and all(not r.waiting and not r.running for r in self.entry)
 
     def _arrivals_by(self, ends: np.ndarray) -> np.ndarray:
         """How many requests will have arrived by each of these times, counting from now (one
@@ -206,3 +269,9 @@ class Intake:
                 event = At(self.env, float(m.ends[k - 1]), _STEP_END + rep.index)
                 event.callbacks, m.event.callbacks = m.event.callbacks, []  # the old end wakes nobody
                 m.event, m.k = event, k
+
+
+def _wake(rep: Replica) -> None:
+    """Wake the replica if it waits idle for work."""
+    if rep.wake is not None and not rep.wake.triggered:
+        rep.wake.succeed()

@@ -43,6 +43,10 @@ class Replica:
     swap_bytes_this_step: float = 0.0
     prompt_tokens_admitted: int = 0  # prefix caching: prompt tokens looked up in the cache...
     prefill_tokens_saved: int = 0  # ...and those found there
+    # Disaggregated serving: "prefill" instances hand prompts off once prefilled, "decode" ones take
+    # them in with their KV; "both" is an ordinary server.
+    role: str = "both"
+    landed: set = field(default_factory=set)  # decode role: ids of waiting requests whose KV came over the link
 
     def preempt(self, victims: list[Request]) -> None:
         """Take victims off the GPU: swap their KV to host memory if there is room (they keep
@@ -70,18 +74,23 @@ class Replica:
         then swapped-out KV comes back from host memory. Fresh blocks may evict cached ones, and
         the plan counted on the hits it found."""
         kv, swap = self.kv, self.swap
-        if swap is not None or kv.caching:
+        if swap is not None or kv.caching or self.landed:
             self._map_memory(reqs, hits)
         for req in reqs:
             self.running.admit(req)
 
     def _map_memory(self, reqs: list[Request], hits: list[int]) -> None:
-        """Admit's memory moves: cached prefixes mapped in, then swapped-out KV brought back."""
+        """Admit's memory moves: cached prefixes mapped in, then swapped-out KV brought back
+        (and KV that came over the link from a prefill instance taken in, the same way)."""
         kv, swap = self.kv, self.swap
         swapped_in = []
         for req, n in zip(reqs, hits):
             if swap is not None and req.id in swap.held:
                 swapped_in.append(req)
+            elif req.id in self.landed:
+                self.landed.discard(req.id)
+                kv.restore(req)
+                self.stored_tokens += req.computed_tokens
             elif kv.caching and not req.computed_tokens:
                 self.prompt_tokens_admitted += req.known_tokens
                 if n:

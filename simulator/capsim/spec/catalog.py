@@ -6,9 +6,14 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel
 
 from capsim.spec.config import HardwareProfile, ModelSpec, load_yaml_as, read_yaml, validate
 from capsim.errors import CapsimError, did_you_mean, quote
+
+T = TypeVar("T", bound=BaseModel)
 
 
 def _profile_files() -> list[Path]:
@@ -31,16 +36,21 @@ def hardware_catalog() -> dict[str, HardwareProfile]:
 
 @cache
 def model_catalog() -> dict[str, ModelSpec]:
-    path = Path(str(resources.files("capsim.spec.data").joinpath("models.yaml")))
+    return data_catalog("models.yaml", ModelSpec, "model")
+
+
+def data_catalog(file_name: str, cls: type[T], what: str) -> dict[str, T]:
+    """A list of named entries shipped in spec/data, each validated as `cls`, by name."""
+    path = Path(str(resources.files("capsim.spec.data").joinpath(file_name)))
     entries = read_yaml(path)
     if not isinstance(entries, list):
-        raise CapsimError(f"{path}: expected a list of models.")
-    models = {}
+        raise CapsimError(f"{path}: expected a list of {what}s.")
+    out = {}
     for i, entry in enumerate(entries):
         name = entry.get("name", f"[{i}]") if isinstance(entry, dict) else f"[{i}]"
-        spec = validate(ModelSpec, entry, f"{path} (model {name})")
-        models[spec.name] = spec
-    return models
+        spec = validate(cls, entry, f"{path} ({what} {name})")
+        out[getattr(spec, "name")] = spec
+    return out
 
 
 def _suggest(name: str, table: dict[str, str]) -> str:

@@ -160,13 +160,13 @@ def _load(point: dict) -> dict:
 
 def workload_for(point: dict) -> WorkloadConfig:
     """The simulation of one point (raises Skip when it cannot be represented)."""
-    if point["group"] == "disaggregated":
-        raise Skip("disaggregated serving not simulated yet")
+    disaggregated = _disaggregated(point) if point["group"] == "disaggregated" else {}
     if point["group"] == "concurrency" and point["metric"] == "output_tokens_per_s" and (point.get("num_requests") or 0) < 50 \
             and str(point.get("length_distribution", "")).startswith("sharegpt"):
         raise Skip("the throughput of a handful of ShareGPT requests is set by the longest answer; "
                    "the point gives only mean lengths")
-    data = {"name": point["id"], "model": point["model"], "gpu": point["gpu"], "engine": engine_for(point),
+    data = {"name": point["id"], "model": point["model"], "gpu": point["gpu"],
+            "engine": disaggregated.pop("engine", None) or engine_for(point),
             "tp": int(point.get("tp") or 1), "weights": point["weights"], "kv_cache": kv_format_for(point), "seed": 0}
     if point["weights"] == "unstated":
         raise Skip("weight format not stated")
@@ -175,6 +175,7 @@ def workload_for(point: dict) -> WorkloadConfig:
     data.update(SOURCE_CONDITIONS.get(point["_file"], {}))
     data.update(_point_conditions(point))
     data.update(_stated_system(point))
+    data.update(disaggregated)
     if point["group"] == "decode":
         # llama-bench tgN / ./main eval: N tokens decoded after the prompt; one more output token
         # so that N decode steps follow the first token (prefill excluded, as llama-bench does)
@@ -191,6 +192,25 @@ def workload_for(point: dict) -> WorkloadConfig:
     if point.get("length_distribution") == "mlperf-openorca":
         data.update(_mlperf_run(point, data))
     return validate(WorkloadConfig, data, f"validation point {point['id']}")
+
+
+def _disaggregated(point: dict) -> dict:
+    """Workload fields of a disaggregated point: its pools, link and the server flags its source
+    states. Mooncake's vLLM 0.6.2 runs (PR 8498, one prefill and one decode A10 on two nodes): the
+    V0 engine with single-step scheduling (no --num-scheduler-steps), mapped to the vllm@0.5 profile,
+    the V0 single-step one (assumption: 0.6's separate API-server process makes its host time
+    somewhat shorter); "--max-model-len 10000 --gpu-memory-utilization 0.95" as stated; the NICs'
+    speed is not stated, so the RDMA rows take the rdma-100g link and the TCP rows tcp-25gbe
+    (assumption: these catalogue links move the 57 kB per token of Qwen2.5-7B's KV in 2-20 ms per
+    1,024-token prompt, small beside the TTFTs measured)."""
+    if point["_file"] == "sglang-pd-disagg-deepseek-h100.yaml":
+        raise Skip("each pool is measured alone with expert parallelism (EP 32 prefill, EP 72 decode) and DP "
+                   "attention, which capsim does not simulate yet")
+    if point["_file"] != "mooncake-vllm-disagg-a10.yaml":
+        raise Skip("no mapping for this source's disaggregated points")
+    link = "tcp-25gbe" if "-tcp-" in point["id"] else "rdma-100g"
+    return {"engine": "vllm@0.5", "max_model_len": 10000, "gpu_memory_utilization": 0.95,
+            "serving": {"disaggregated": {"prefill": {"replicas": 1}, "decode": {"replicas": 1}, "link": link}}}
 
 
 def _point_conditions(point: dict) -> dict:

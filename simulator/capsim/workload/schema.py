@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 from capsim.spec import limits as L
 from capsim.spec.config import _UNION_TAGS, Frozen, ModelSpec
 from capsim.spec.metric_names import summary_key
+from capsim.spec.shapes import Link, Serving, shape_problems
 
 # A token count as a length distribution gives it.
 Tokens = Annotated[int, Field(gt=0, le=L.MAX_TOKENS)]
@@ -314,6 +315,14 @@ class WorkloadConfig(Frozen):
         "none: the bare GPU roofline")
     tp: int = Field(1, gt=0, le=1024, description="tensor-parallel GPUs per replica (weights and KV heads split, "
                     "two all-reduces per layer)")
+    pp: int = Field(1, gt=0, le=256, description="pipeline stages per replica (layers split over pp groups of tp "
+                    "GPUs, pp micro-batches in flight; docs/shapes.md)")
+    pp_link: str | Link | None = Field(None, description="link between pipeline stages: a name from "
+                                       "spec/data/links.yaml or inline (default: the GPU's NVLink, else PCIe)")
+    ep: int = Field(1, gt=0, le=1024, description="expert-parallel GPUs per replica of a MoE model (attention "
+                    "data-parallel, experts spread; docs/shapes.md)")
+    ep_link: str | Link | None = Field(None, description="link of the experts' all-to-all: a name from "
+                                       "spec/data/links.yaml or inline (default: the GPU's NVLink, else PCIe)")
     mode: Literal["realistic", "document", "unit"] = "realistic"
     unit_step_s: float = Field(1.0, ge=1e-9, le=3600, description="step time in unit mode")
     scheduler: SchedulerConfig = SchedulerConfig()
@@ -345,6 +354,7 @@ class WorkloadConfig(Frozen):
     router: Literal["round_robin", "least_outstanding", "least_kv"] = "round_robin"
     swap_space_gib: float = Field(4.0, ge=0, le=2**20, description="host memory per replica for swapped-out KV (vLLM --swap-space)")
     speculative: Speculative | None = None
+    serving: Serving | None = Field(None, description="deployment shape: disaggregated prefill/decode pools (docs/shapes.md)")
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadConfig:
@@ -356,7 +366,7 @@ class WorkloadConfig(Frozen):
 
 
 def _workload_problems(w: WorkloadConfig) -> list[str]:
-    problems = []
+    problems = shape_problems(w)
     trace = w.arrivals.kind == "trace"
     if not trace and w.requests is None and w.duration_s is None:
         problems.append("give 'requests' (how many) or 'duration_s' (for how long)")
