@@ -28,10 +28,12 @@ SCORE_BYTES_PER_PAIR = 16.0
 @dataclass(frozen=True)
 class Rates:
     bandwidth_bytes_per_s: float
-    eta_weights_bw: float  # weight (GEMM) reads
+    eta_weights_bw: float  # weight (GEMM) reads: the GPU's GEMV share x the engine's kernel factor
+    eta_stream_bw: float  # elementwise kernels' traffic: the GPU's streaming share x the same factor
     eta_attn_bw: float  # KV reads and writes
     eta_gemm: float  # large-GEMM share of gemm_peak_flops
-    half_tokens: float  # GEMM ramp: eta(M) = eta_gemm * M / (M + half_tokens)
+    half_tokens: float  # GEMM ramp: eta(M) = eta_gemm * M / (M + half_tokens) ...
+    ramp_from_tokens: float  # ... for M at or above this; below it eta keeps its value here
     eta_attn_fl: float  # prefill attention share of attn_peak_flops
     gemm_peak_flops: float
     attn_peak_flops: float
@@ -86,6 +88,7 @@ def realistic_rates(hardware: HardwareProfile, engine: EngineProfile | None, wei
     eff, over = hardware.efficiency, hardware.overhead
     k = engine.kernel_efficiency if engine is not None else None
     bw_factor = k.weight_formats.get(weights.name, k.bandwidth) if k else 1.0
+    gemv = eff.gemv_bandwidth if eff.gemv_bandwidth is not None else eff.bandwidth
     weight_only = weights.compute_dtype == "fp16" and weights.bits_per_value < 16
     kernels = engine.kernels_for(weight_only) if engine is not None else 0.0
     if hardware.calibration is not None:
@@ -95,10 +98,12 @@ def realistic_rates(hardware: HardwareProfile, engine: EngineProfile | None, wei
     link = hardware.interconnect.gpu_link_bytes_per_s or hardware.interconnect.pcie_bytes_per_s
     return Rates(
         bandwidth_bytes_per_s=hardware.memory_bandwidth_bytes_per_s,
-        eta_weights_bw=_eff(eff.bandwidth, bw_factor),
+        eta_weights_bw=_eff(gemv, bw_factor),
+        eta_stream_bw=_eff(eff.bandwidth, bw_factor),
         eta_attn_bw=_eff(eff.attention_bandwidth or eff.bandwidth, k.attention_bandwidth if k else 1.0),
         eta_gemm=_eff(eff.compute, k.compute if k else 1.0),
         half_tokens=eff.compute_half_tokens,
+        ramp_from_tokens=eff.compute_ramp_from_tokens,
         eta_attn_fl=_eff(eff.attention_compute or eff.compute, k.attention_compute if k else 1.0),
         gemm_peak_flops=_gemm_peak(hardware, engine, weights),
         attn_peak_flops=hardware.peak_for("fp16"),

@@ -2,10 +2,10 @@
 
 A step is priced as two rooflines run back to back, plus memory-bound elementwise kernels and
 fixed times:
-  GEMMs:       max(weight bytes / (eta_bw * BW),  matmul FLOPs / (eta_fl(T) * peak[dtype]))
+  GEMMs:       max(weight bytes / (eta_bw * BW),  matmul FLOPs / (eta_fl(T) * peak[dtype]))  (eta_bw: GEMV share)
   attention:   max(KV (+ score) bytes / (eta_attn * BW),
                    attention FLOPs / (eta_attn_fl * peak) + dequant work + per-sequence cost)
-  elementwise: activation bytes per token x T / (eta_bw * BW)
+  elementwise: activation bytes per token x T / (eta_stream_bw * BW)
   fixed:       host time per step and sequence + per-layer kernel times + TP all-reduces
 The GEMM, elementwise and fixed parts depend only on the token count T (and the sequence count);
 the attention part on the contexts.
@@ -83,6 +83,8 @@ class CostModel(DecodeRuns):
     state_bytes_per_seq: float
     window: int
     attention_layers: int
+    ramp_from_tokens: float
+    eta_stream_bw: float
 
     def __init__(
         self,
@@ -106,7 +108,8 @@ class CostModel(DecodeRuns):
             self.rates = None
             self.eta_bw = self.eta_attn_bw = doc.bandwidth_efficiency
             self.eta_fl = self.eta_attn_fl = doc.compute_efficiency
-            self.half_tokens = 0.0
+            self.half_tokens = self.ramp_from_tokens = 0.0
+            self.eta_stream_bw = self.eta_bw
             self.bandwidth = doc.bandwidth_bytes_per_s or hardware.memory_bandwidth_bytes_per_s
             self.peak = self.attn_peak = doc.peak_flops or hardware.peak_for(weights.compute_dtype)
             self.vector_peak = hardware.peak_flops.get("fp32", hardware.peak_flops["fp16"] / 4)
@@ -115,6 +118,7 @@ class CostModel(DecodeRuns):
             self.eta_bw, self.eta_attn_bw, self.eta_fl = r.eta_weights_bw, r.eta_attn_bw, r.eta_gemm
             self.eta_attn_fl, self.half_tokens, self.bandwidth = r.eta_attn_fl, r.half_tokens, r.bandwidth_bytes_per_s
             self.peak, self.attn_peak, self.vector_peak = r.gemm_peak_flops, r.attn_peak_flops, r.vector_flops
+            self.ramp_from_tokens, self.eta_stream_bw = r.ramp_from_tokens, r.eta_stream_bw
         self._gemm_setup(model, params, weights, doc, tp)
         self._attention_setup(model, kv_cache, tp)
         self._per_step_setup(model)
@@ -203,8 +207,14 @@ class CostModel(DecodeRuns):
         flops = self.body_flops_per_token * num_tokens + self.head_flops_per_logit * num_logits
         byts = self.dense_weight_bytes + self.moe_layers * self.experts_touched(num_tokens) * self.expert_bytes
         byts += self.state_bytes_per_seq * num_seqs
-        eta = self.eta_fl * num_tokens / (num_tokens + self.half_tokens)
-        return flops / (eta * self.peak), byts / (self.eta_bw * self.bandwidth), flops, byts
+        return flops / (self.gemm_eta(num_tokens) * self.peak), byts / (self.eta_bw * self.bandwidth), flops, byts
+
+    def gemm_eta(self, num_tokens: int) -> float:
+        """The GEMMs' share of the peak at num_tokens rows: the ramp M / (M + half_tokens), held
+        at its value at ramp_from_tokens below that (the ramp's measured range), so small-M
+        GEMMs stay weight-read bound as GEMV measurements show."""
+        m = float(num_tokens) if num_tokens >= self.ramp_from_tokens else self.ramp_from_tokens
+        return self.eta_fl * m / (m + self.half_tokens)
 
     def elementwise_part(self, num_tokens: int) -> tuple[float, float]:
         """(seconds, bytes) of the memory-bound kernels between the GEMMs (norms, rope, activation
@@ -218,7 +228,7 @@ class CostModel(DecodeRuns):
         if r.dequant_above_tokens is not None and num_tokens > r.dequant_above_tokens:
             wb = self.weights_format.bytes_per_value
             byts += self.dense_weight_bytes / wb * (2.0 + wb)
-        return byts / (self.eta_bw * self.bandwidth), byts
+        return byts / (self.eta_stream_bw * self.bandwidth), byts
 
     # ---------------------------------------------------------------- attention part
 

@@ -56,10 +56,11 @@ def _explain(cm: CostModel, title: str, tokens: int, seqs: int, decode_only: boo
     ac, am, af, ab = attn
     es, eb = cm.elementwise_part(tokens)
     overhead, comm = cm.fixed_seconds(tokens, seqs, decode_only)
-    ramp = tokens / (tokens + cm.half_tokens) if cm.half_tokens else 1.0
+    ramp = cm.gemm_eta(tokens) / cm.eta_fl
+    held = f", held at {cm.ramp_from_tokens:.0f} tokens" if tokens < cm.ramp_from_tokens else ""
     terms = [
         Term("GEMM weight reads", gm, f"{_bytes(gb)} / ({cm.eta_bw:.2f} x {_tb(cm.bandwidth)})"),
-        Term("GEMM FLOPs", gc, f"{gf / 1e12:.3g} TFLOP / ({cm.eta_fl:.2f} x {cm.peak / 1e12:.0f} TFLOPS x ramp {ramp:.2f})"),
+        Term("GEMM FLOPs", gc, f"{gf / 1e12:.3g} TFLOP / ({cm.eta_fl:.2f} x {cm.peak / 1e12:.0f} TFLOPS x ramp {ramp:.2f}{held})"),
         Term("attention KV traffic", am, f"{_bytes(ab)} / ({cm.eta_attn_bw:.2f} x {_tb(cm.bandwidth)})"),
         Term("attention FLOPs", ac, f"{af / 1e12:.3g} TFLOP / ({cm.eta_attn_fl:.2f} x {cm.attn_peak / 1e12:.0f} TFLOPS)"
              f" + {seqs} seqs x {cm.attention_seq_s * 1e6:.3g} us"),

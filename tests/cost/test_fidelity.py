@@ -1,0 +1,59 @@
+"""The cost model's fidelity mechanisms (issue 21) against hand arithmetic on the round-number GPU
+(1 TB/s, 100 TFLOPS) and the tiny model (one layer, hidden 1,000, MLP 4,000, tied 1,000-token
+vocabulary: 12 M body parameters + 1 M head = 26 MB of fp16 weights, 24 MFLOP per token + 2 MFLOP
+per logit)."""
+
+import pytest
+from capsim.cost.roofline import CostModel
+from capsim.spec.formats import get_format
+
+FP16 = get_format("fp16")
+WEIGHT_BYTES = 26e6
+FLOPS_ONE_TOKEN = 24e6 + 2e6  # body + one logit
+
+
+def _gpu(round_gpu, **efficiency):
+    return round_gpu.model_copy(update={"efficiency": round_gpu.efficiency.model_copy(update=efficiency)})
+
+
+def _cm(model, gpu, weights=FP16, **kw):
+    return CostModel(model, gpu, weights, FP16, **kw)
+
+
+def test_small_m_gemms_keep_the_ramp_value_of_its_measured_range(tiny_model, round_gpu):
+    ramped = _cm(tiny_model, _gpu(round_gpu, compute_half_tokens=64))
+    held = _cm(tiny_model, _gpu(round_gpu, compute_half_tokens=64, compute_ramp_from_tokens=128))
+    # M = 1: the bare ramp gives 1/65 of the peak, held at M = 128 it gives 128/192
+    assert ramped.gemm_part(1, 1, 1)[0] == pytest.approx(FLOPS_ONE_TOKEN / (100e12 / 65))
+    assert held.gemm_part(1, 1, 1)[0] == pytest.approx(FLOPS_ONE_TOKEN / (100e12 * 128 / 192))
+    # at and above the held point the ramp is the same
+    assert held.gemm_part(128, 1, 1)[0] == ramped.gemm_part(128, 1, 1)[0]
+    assert held.gemm_part(4096, 1, 1)[0] == ramped.gemm_part(4096, 1, 1)[0]
+
+
+def test_gemv_bandwidth_prices_weight_reads_and_bandwidth_the_elementwise_traffic(tiny_model, round_gpu):
+    from capsim.spec.serving import load_engine
+
+    gpu = _gpu(round_gpu, bandwidth=1.0, gemv_bandwidth=0.5)
+    cm = _cm(tiny_model, gpu, engine=load_engine("vllm"))
+    factor = load_engine("vllm").kernel_efficiency.bandwidth
+    # 26 MB of weights at 0.5 x 1 TB/s x the engine's kernel factor
+    assert cm.gemm_part(1, 1, 1)[1] == pytest.approx(WEIGHT_BYTES / (0.5 * factor * 1e12))
+    seconds, byts = cm.elementwise_part(10)
+    assert seconds == pytest.approx(byts / (1.0 * factor * 1e12))
+    # without gemv_bandwidth weight reads take the streaming share, as before
+    plain = _cm(tiny_model, _gpu(round_gpu, bandwidth=1.0), engine=load_engine("vllm"))
+    assert plain.gemm_part(1, 1, 1)[1] == pytest.approx(WEIGHT_BYTES / (factor * 1e12))
+
+
+def test_batch_one_q4_decode_on_an_a100_is_weight_read_bound_with_the_held_ramp():
+    """The modelling error of issue 21: the bare ramp makes batch-1 GEMMs compute-bound."""
+    from capsim.spec.catalog import load_hardware, load_model
+
+    gpu, model, q4 = load_hardware("a100-80g"), load_model("llama-2-7b"), get_format("q4_0")
+    bare = _gpu(gpu, compute_ramp_from_tokens=0.0)
+    held = _gpu(gpu, compute_ramp_from_tokens=128.0)
+    compute_s, memory_s = _cm(model, bare, q4).gemm_part(1, 1, 1)[:2]
+    assert compute_s > memory_s
+    compute_s, memory_s = _cm(model, held, q4).gemm_part(1, 1, 1)[:2]
+    assert compute_s < memory_s / 10
