@@ -57,3 +57,20 @@ def test_batch_one_q4_decode_on_an_a100_is_weight_read_bound_with_the_held_ramp(
     assert compute_s > memory_s
     compute_s, memory_s = _cm(model, held, q4).gemm_part(1, 1, 1)[:2]
     assert compute_s < memory_s / 10
+
+
+def test_gemm_share_per_compute_dtype(tiny_model, round_gpu):
+    from capsim.errors import CapsimError
+    from capsim.spec.config import HardwareProfile, validate
+
+    peaks = {**round_gpu.peak_flops, "fp8": 200e12}
+    gpu = _gpu(round_gpu, compute=1.0, compute_by_dtype={"fp8": 0.5}).model_copy(update={"peak_flops": peaks})
+    fp16 = _cm(tiny_model, gpu).gemm_part(4096, 1, 1)[0]
+    fp8 = _cm(tiny_model, gpu, get_format("fp8")).gemm_part(4096, 1, 1)[0]
+    # fp8 at 0.5 x 200 TFLOPS runs at the same 100 TFLOPS as fp16 at 1.0 x 100
+    assert fp16 == pytest.approx((24e6 * 4096 + 2e6) / 100e12)
+    assert fp8 == pytest.approx(fp16)
+    data = round_gpu.model_dump()
+    data["efficiency"]["compute_by_dtype"] = {"fp8": 1.5}
+    with pytest.raises(CapsimError, match="compute_by_dtype"):
+        validate(HardwareProfile, data, "gpu.yaml")

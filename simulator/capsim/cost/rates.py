@@ -31,7 +31,7 @@ class Rates:
     eta_weights_bw: float  # weight (GEMM) reads: the GPU's GEMV share x the engine's kernel factor
     eta_stream_bw: float  # elementwise kernels' traffic: the GPU's streaming share x the same factor
     eta_attn_bw: float  # KV reads and writes
-    eta_gemm: float  # large-GEMM share of gemm_peak_flops
+    eta_gemm: float  # large-GEMM share of gemm_peak_flops, for the weights' compute dtype
     half_tokens: float  # GEMM ramp: eta(M) = eta_gemm * M / (M + half_tokens) ...
     ramp_from_tokens: float  # ... for M at or above this; below it eta keeps its value here
     eta_attn_fl: float  # prefill attention share of attn_peak_flops
@@ -101,7 +101,7 @@ def realistic_rates(hardware: HardwareProfile, engine: EngineProfile | None, wei
         eta_weights_bw=_eff(gemv, bw_factor),
         eta_stream_bw=_eff(eff.bandwidth, bw_factor),
         eta_attn_bw=_eff(eff.attention_bandwidth or eff.bandwidth, k.attention_bandwidth if k else 1.0),
-        eta_gemm=_eff(eff.compute, k.compute if k else 1.0),
+        eta_gemm=_eff(eff.compute_for(weights.compute_dtype), k.compute if k else 1.0),
         half_tokens=eff.compute_half_tokens,
         ramp_from_tokens=eff.compute_ramp_from_tokens,
         eta_attn_fl=_eff(eff.attention_compute or eff.compute, k.attention_compute if k else 1.0),

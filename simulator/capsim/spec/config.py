@@ -88,6 +88,9 @@ class Efficiency(Frozen):
         None, ge=L.MIN_EFFICIENCY, le=1, description="achieved / peak bandwidth of weight-streaming GEMV and small-M "
         "GEMMs (default: bandwidth)")
     compute: float = Field(0.7, ge=L.MIN_EFFICIENCY, le=1, description="achieved / peak dense tensor FLOPS, large GEMMs")
+    compute_by_dtype: dict[Dtype, Annotated[float, Field(ge=L.MIN_EFFICIENCY, le=1)]] = Field(
+        {}, description="large-GEMM share of the peak per compute dtype where it differs from `compute` "
+        "(e.g. fp8 on Hopper)")
     compute_half_tokens: float = Field(
         0.0, ge=0, le=L.MAX_TOKENS, description="GEMM efficiency ramp: eff(M) = compute * M / (M + this); 0 = flat"
     )
@@ -100,6 +103,10 @@ class Efficiency(Frozen):
     attention_compute: float | None = Field(
         None, ge=L.MIN_EFFICIENCY, le=1, description="achieved / peak fp16 FLOPS of prefill attention (default: compute)"
     )
+
+    def compute_for(self, dtype: str) -> float:
+        """The large-GEMM share of the peak for GEMMs computed in this dtype."""
+        return self.compute_by_dtype.get(dtype, self.compute)  # type: ignore[call-overload]
 
 
 class Overhead(Frozen):
