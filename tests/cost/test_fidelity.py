@@ -74,3 +74,22 @@ def test_gemm_share_per_compute_dtype(tiny_model, round_gpu):
     data["efficiency"]["compute_by_dtype"] = {"fp8": 1.5}
     with pytest.raises(CapsimError, match="compute_by_dtype"):
         validate(HardwareProfile, data, "gpu.yaml")
+
+
+def test_attention_without_gqa_reuse_reads_each_kv_head_once_per_query_head(round_gpu):
+    from capsim.spec.config import ModelSpec
+    from capsim.spec.serving import load_engine
+    from helpers import TINY_MODEL
+
+    gqa = ModelSpec.model_validate({**TINY_MODEL, "num_kv_heads": 2})  # 5 query heads per KV head
+    full = load_engine("vllm")
+    per_head = full.model_copy(update={"attention_kv_reuse": "per_query_head"})
+    # K and V of 2 heads x 100 dims x 2 bytes = 800 bytes per position; 1,000 positions read, 1 written
+    _, memory_s, _, byts = _cm(gqa, round_gpu, engine=full).attention_part(1000.0, 0.0, 1000.0, 0.0, 1, 1)
+    assert byts == pytest.approx(800 * 1000 + 800)
+    _, memory_s, _, byts = _cm(gqa, round_gpu, engine=per_head).attention_part(1000.0, 0.0, 1000.0, 0.0, 1, 1)
+    assert byts == pytest.approx(800 * 1000 * 5 + 800)
+    assert memory_s == pytest.approx(byts / 1e12)
+    # the decode-step coefficients read the same bytes per position
+    cm = _cm(gqa, round_gpu, engine=per_head)
+    assert cm.decode_coefficients(1)[3] == pytest.approx(800 * 5 / 1e12)

@@ -162,6 +162,11 @@ class CostModel(DecodeRuns):
         kvb = kv_cache.bytes_per_value
         self.kv_values_full, self.kv_values_sliding = full_v * share, sliding_v * share
         self.kv_full_bytes, self.kv_sliding_bytes = self.kv_values_full * kvb, self.kv_values_sliding * kvb
+        # A kernel without GQA reuse reads a rank's KV head once per query head that shares it.
+        reread = 1.0
+        if self.rates is not None and self.rates.kv_read_per_query_head and not model.mla:
+            reread = (model.num_heads / tp) / max(1.0, model.num_kv_heads / tp)
+        self.kv_read_full_bytes, self.kv_read_sliding_bytes = self.kv_full_bytes * reread, self.kv_sliding_bytes * reread
         self.window = model.sliding_window_tokens or 0
         counts = model.layer_counts
         self.attention_layers = counts.full + counts.sliding
@@ -236,7 +241,8 @@ class CostModel(DecodeRuns):
                        num_tokens: float, num_seqs: float = 0.0) -> tuple[float, float, float, float]:
         """(compute_s, memory_s, flops, bytes) of attention in one step.
 
-        ctx_*: context positions read from the cache, summed over sequences; pairs_*: (new token,
+        ctx_*: context positions read from the cache, summed over sequences (each read once per KV
+        head, or once per query head when the engine's kernel has no GQA reuse); pairs_*: (new token,
         attended position) pairs, summed. The kernels' fixed cost per sequence and layer sits on
         the compute side: it overlaps with streaming a long context and shows with short ones.
         attention_arrays is the same expression over numpy arrays of steps: keep the two identical
@@ -244,7 +250,7 @@ class CostModel(DecodeRuns):
         """
         if self.mode == "document":
             return 0.0, 0.0, 0.0, 0.0
-        read = self.kv_full_bytes * ctx_full + self.kv_sliding_bytes * ctx_sliding
+        read = self.kv_read_full_bytes * ctx_full + self.kv_read_sliding_bytes * ctx_sliding
         read = read + (self.score_bytes_full * pairs_full + self.score_bytes_sliding * pairs_sliding)
         byts = read + (self.kv_full_bytes + self.kv_sliding_bytes) * num_tokens
         flops = self.attn_flops_full * pairs_full + self.attn_flops_sliding * pairs_sliding
@@ -261,7 +267,7 @@ class CostModel(DecodeRuns):
         if self.mode == "document":
             zero = ctx_full * 0.0
             return zero, zero, zero, zero
-        read = self.kv_full_bytes * ctx_full + self.kv_sliding_bytes * ctx_sliding
+        read = self.kv_read_full_bytes * ctx_full + self.kv_read_sliding_bytes * ctx_sliding
         read = read + (self.score_bytes_full * pairs_full + self.score_bytes_sliding * pairs_sliding)
         byts = read + (self.kv_full_bytes + self.kv_sliding_bytes) * num_tokens
         flops = self.attn_flops_full * pairs_full + self.attn_flops_sliding * pairs_sliding

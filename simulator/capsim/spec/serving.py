@@ -100,6 +100,9 @@ class EngineProfile(Frozen):
                                            "quantised formats (activation quantisation before each GEMV)")
     flash_attention: bool = Field(True, description="False: attention scores are materialised in fp32 and "
                                   "read and written by the softmax (memory traffic per head per pair)")
+    attention_kv_reuse: Literal["full", "per_query_head"] = Field(
+        "full", description="full: the attention kernel reads each KV head once for all the query heads that share "
+        "it (GQA); per_query_head: once per query head (KV reads x query heads / KV heads)")
     elementwise_bytes: ElementwiseBytes = ElementwiseBytes()
     dequant_gemm_above_tokens: int | None = Field(
         None, gt=0, description="steps with more tokens dequantise weight-only-quantised weights to fp16 before "
