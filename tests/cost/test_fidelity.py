@@ -93,3 +93,21 @@ def test_attention_without_gqa_reuse_reads_each_kv_head_once_per_query_head(roun
     # the decode-step coefficients read the same bytes per position
     cm = _cm(gqa, round_gpu, engine=per_head)
     assert cm.decode_coefficients(1)[3] == pytest.approx(800 * 5 / 1e12)
+
+
+def test_front_end_time_is_per_request_and_shown_by_explain(tiny_model, round_gpu):
+    from capsim.report.explain import decode_step, render
+    from capsim.spec.serving import load_engine
+
+    vllm = load_engine("vllm")
+    engine = vllm.model_copy(update={"overhead": vllm.overhead.model_copy(update={"request_s": 4e-3,
+                                                                                    "prompt_token_s": 2e-6})})
+    cm = _cm(tiny_model, round_gpu, engine=engine)
+    assert cm.front_end() == (4e-3, 2e-6)
+    # never part of a step: the same step time with and without it
+    plain = _cm(tiny_model, round_gpu, engine=vllm)
+    assert cm.decode_seconds(1, 100.0, 0.0) == plain.decode_seconds(1, 100.0, 0.0)
+    text = render([decode_step(cm, 1, 100)], cm, 1000.0)
+    # 4 ms + 1,000 x 2 us = 6 ms
+    assert "front end (HTTP, tokenising, hand-off, detokenising) 6.000 ms" in text
+    assert _cm(tiny_model, round_gpu, engine=engine, mode="document").front_end() == (0.0, 0.0)

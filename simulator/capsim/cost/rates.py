@@ -51,6 +51,8 @@ class Rates:
     elementwise_intermediate_bytes: float  # ... per unit of MLP width
     dequant_above_tokens: int | None  # weight-only formats: fp16 copy of the weights above this many tokens
     kv_read_per_query_head: bool  # attention re-reads a KV head for each query head sharing it (no GQA reuse)
+    request_s: float  # front-end time per request (not GPU time), added to its TTFT and E2EL ...
+    prompt_token_s: float  # ... plus this per prompt token (tokenisation)
     tp: int = 1
     allreduce_latency_s: float = 0.0
     link_bytes_per_s: float = 1.0
@@ -122,6 +124,8 @@ def realistic_rates(hardware: HardwareProfile, engine: EngineProfile | None, wei
         elementwise_intermediate_bytes=engine.elementwise_bytes.intermediate if engine is not None else 0.0,
         dequant_above_tokens=engine.dequant_gemm_above_tokens if engine is not None and weight_only else None,
         kv_read_per_query_head=engine is not None and engine.attention_kv_reuse == "per_query_head",
+        request_s=eng_over.request_s if eng_over else 0.0,
+        prompt_token_s=eng_over.prompt_token_s if eng_over else 0.0,
         tp=tp,
         allreduce_latency_s=(engine.allreduce_latency_s if engine is not None and engine.allreduce_latency_s is not None
                              else hardware.interconnect.allreduce_latency_s),

@@ -181,6 +181,14 @@ class CostModel(DecodeRuns):
 
     # ---------------------------------------------------------------- fixed times
 
+    def front_end(self) -> tuple[float, float]:
+        """(seconds per request, seconds per prompt token) of the serving engine's front end:
+        added to each request's TTFT and E2EL, never to a step (realistic mode only)."""
+        r = self.rates
+        if r is None or self.mode != "realistic":
+            return 0.0, 0.0
+        return r.request_s, r.prompt_token_s
+
     def fixed_seconds(self, num_tokens: int, num_seqs: int, decode_only: bool) -> tuple[float, float]:
         """(overhead_s, allreduce_s) of a step: host time, per-layer and per-kernel GPU fixed
         times; and the TP all-reduces. Zero in document mode."""

@@ -88,8 +88,18 @@ def _fixed_detail(cm: CostModel, tokens: int, seqs: int, decode_only: bool) -> s
             f"({'CUDA graph' if graph else 'eager launches'})")
 
 
-def render(items: list[Explained], cm: CostModel) -> str:
-    """Plain-text tables plus the sources of every efficiency and fixed time."""
+def front_end_line(cm: CostModel, prompt_tokens: float) -> str:
+    """The serving front end's time per request (in TTFT and E2EL, not in a step) at this prompt length."""
+    per_request, per_token = cm.front_end()
+    total = per_request + per_token * prompt_tokens
+    return (f"per request, off the GPU: front end (HTTP, tokenising, hand-off, detokenising) {total * 1e3:.3f} ms = "
+            f"{per_request * 1e3:.3g} ms + {per_token * 1e6:.3g} us x {prompt_tokens:,.0f} prompt tokens, "
+            "added to TTFT and E2EL")
+
+
+def render(items: list[Explained], cm: CostModel, prompt_tokens: float | None = None) -> str:
+    """Plain-text tables, the front end's time per request (at `prompt_tokens`, when given) and
+    the sources of every efficiency and fixed time."""
     lines = []
     engine = cm.engine.name if cm.engine else "none"
     lines.append(f"Cost model working: {cm.model.name}, {cm.weights_format.name} weights, {cm.kv_format.name} KV, "
@@ -101,6 +111,9 @@ def render(items: list[Explained], cm: CostModel) -> str:
             lines.append(f"  {t.name:<24} {t.seconds * 1e3:>9.3f} ms   {t.detail}")
         lines.append("  (time = max(GEMM reads, GEMM FLOPs) + max(attention traffic, attention FLOPs) "
                      "+ elementwise + fixed + all-reduce)")
+    if prompt_tokens is not None:
+        lines.append("")
+        lines.append(front_end_line(cm, prompt_tokens))
     if cm.rates is not None:
         lines.append("")
         lines.append("Where the numbers come from:")
@@ -120,4 +133,4 @@ def explain_run(result) -> str:
     output = float(req["output_tokens"].mean()) if "output_tokens" in req and len(req) else 1.0
     context = max(1, round(prompt + output / 2))
     chunk = max(1, min(result.setup.max_num_batched_tokens, round(prompt)))
-    return render([decode_step(cm, batch, context), prefill_chunk(cm, chunk)], cm)
+    return render([decode_step(cm, batch, context), prefill_chunk(cm, chunk)], cm, prompt)

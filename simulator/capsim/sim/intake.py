@@ -55,7 +55,9 @@ class Intake:
                  router: str) -> None:
         self.env = Environment()
         self.replicas, self.stream, self.macro_steps, self.router = replicas, stream, macro_steps, router
-        self.requests = RequestLog(REJECT_REASONS, stream.class_names)
+        # The serving front end's time per request and prompt token: in TTFT and E2EL, off the GPU.
+        self.front_end = replicas[0].cost.front_end()
+        self.requests = RequestLog(REJECT_REASONS, stream.class_names, self.front_end)
         self.outcomes = Outcomes(self.requests)
         self.arrived = 0
         self.next_index = 0  # open loop: index of the next arrival
@@ -119,6 +121,11 @@ class Intake:
         event = self.env.event()
         self.outcomes.wait_for(rid, event)
         return event
+
+    def client_delay_s(self, prompt_tokens: int) -> float:
+        """How much later than the engine's last token a client has the whole answer (the front
+        end's time per request): a closed-loop user sends again only after that."""
+        return self.front_end[0] + self.front_end[1] * prompt_tokens
 
     def new_session(self) -> int:
         self._sessions += 1

@@ -51,11 +51,18 @@ class ElementwiseBytes(Frozen):
 class EngineOverhead(Frozen):
     """Host-side time per forward pass that the GPU waits for (scheduling, input preparation,
     sampling, output processing): step_s + seq_s x running sequences. Multi-step scheduling runs
-    `steps_per_schedule` decode steps per scheduler call, so decode-only steps pay 1/that."""
+    `steps_per_schedule` decode steps per scheduler call, so decode-only steps pay 1/that.
+
+    `request_s` + `prompt_token_s` x prompt tokens is the front end's time per request (HTTP,
+    tokenising, handing the request to the engine process, detokenising and streaming back): it
+    is on every request's path but not on the GPU's, so it adds to TTFT and E2EL and delays a
+    closed-loop user's next send, and never holds up a step."""
 
     step_s: float = Field(0.0, ge=0)
     seq_s: float = Field(0.0, ge=0)
     steps_per_schedule: int = Field(1, gt=0)
+    request_s: float = Field(0.0, ge=0, le=10.0, description="front-end time per request (added to TTFT and E2EL)")
+    prompt_token_s: float = Field(0.0, ge=0, le=1e-3, description="front-end time per prompt token (tokenisation)")
 
 
 class KernelEfficiency(Frozen):
