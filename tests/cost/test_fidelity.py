@@ -111,3 +111,19 @@ def test_front_end_time_is_per_request_and_shown_by_explain(tiny_model, round_gp
     # 4 ms + 1,000 x 2 us = 6 ms
     assert "front end (HTTP, tokenising, hand-off, detokenising) 6.000 ms" in text
     assert _cm(tiny_model, round_gpu, engine=engine, mode="document").front_end() == (0.0, 0.0)
+
+
+def test_moe_layers_add_the_engines_extra_kernels(round_gpu):
+    from capsim.spec.config import ModelSpec
+    from capsim.spec.serving import load_engine
+    from helpers import TINY_MODEL
+
+    moe = ModelSpec.model_validate({**TINY_MODEL, "num_layers": 2, "mlp": "gated", "moe": {
+        "num_experts": 4, "experts_per_token": 2, "expert_intermediate_size": 1000, "dense_layers": 1}})
+    gpu = round_gpu.model_copy(update={"overhead": round_gpu.overhead.model_copy(update={"kernel_s": 1e-6})})
+    base = load_engine("vllm").model_copy(update={"kernels_per_layer": 10.0, "overhead": load_engine("vllm").overhead
+                                                  .model_copy(update={"step_s": 0.0, "seq_s": 0.0})})
+    extra = base.model_copy(update={"extra_kernels_moe": 20.0})
+    # 2 layers x 10 kernels x 1 us, plus 1 MoE layer x 20 kernels x 1 us (a CUDA-graph decode step)
+    assert CostModel(moe, gpu, FP16, FP16, engine=base).fixed_seconds(1, 1, True)[0] == pytest.approx(20e-6)
+    assert CostModel(moe, gpu, FP16, FP16, engine=extra).fixed_seconds(1, 1, True)[0] == pytest.approx(40e-6)

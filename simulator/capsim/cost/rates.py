@@ -43,6 +43,8 @@ class Rates:
     steps_per_schedule: int  # multi-step scheduling: decode-only steps pay host time / this
     layer_graph_s: float  # fixed GPU time per layer when the step replays a CUDA graph
     layer_eager_s: float  # ... and when it launches kernel by kernel
+    moe_layer_graph_s: float  # what an MoE layer adds to those (the engine's extra kernels per MoE layer) ...
+    moe_layer_eager_s: float  # ... without and with launch gaps
     graphs: bool
     graph_max_tokens: int | None
     attention_seq_s: float  # fixed time per decoding sequence per layer
@@ -97,6 +99,7 @@ def realistic_rates(hardware: HardwareProfile, engine: EngineProfile | None, wei
     if hardware.calibration is not None:
         kernels = max(0.0, kernels - CALIBRATED_KERNELS_PER_LAYER)
     layer_graph = over.layer_s + kernels * over.kernel_s
+    moe_kernels = engine.extra_kernels_moe if engine is not None else 0.0
     eng_over = engine.overhead if engine is not None else None
     link = hardware.interconnect.gpu_link_bytes_per_s or hardware.interconnect.pcie_bytes_per_s
     return Rates(
@@ -116,6 +119,8 @@ def realistic_rates(hardware: HardwareProfile, engine: EngineProfile | None, wei
         steps_per_schedule=eng_over.steps_per_schedule if eng_over else 1,
         layer_graph_s=layer_graph,
         layer_eager_s=layer_graph + kernels * over.launch_gap_s,
+        moe_layer_graph_s=moe_kernels * over.kernel_s,
+        moe_layer_eager_s=moe_kernels * (over.kernel_s + over.launch_gap_s),
         graphs=engine.cuda_graphs if engine is not None else True,
         graph_max_tokens=engine.cuda_graph_max_batch if engine is not None else None,
         attention_seq_s=over.attention_seq_s,

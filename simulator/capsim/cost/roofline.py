@@ -198,8 +198,11 @@ class CostModel(DecodeRuns):
         host = r.step_s + r.seq_s * num_seqs
         if decode_only:
             host = host / r.steps_per_schedule
-        layer = r.layer_graph_s if r.uses_graph(num_tokens, decode_only) else r.layer_eager_s
+        graph = r.uses_graph(num_tokens, decode_only)
+        layer = r.layer_graph_s if graph else r.layer_eager_s
         overhead = host + layer * self.num_layers
+        if self.moe_layers:
+            overhead += (r.moe_layer_graph_s if graph else r.moe_layer_eager_s) * self.moe_layers
         return overhead, r.allreduce_s(num_tokens, self.hidden_size, self.num_layers)
 
     # ---------------------------------------------------------------- GEMM part (depends on T only)

@@ -84,7 +84,9 @@ def _fixed_detail(cm: CostModel, tokens: int, seqs: int, decode_only: bool) -> s
     layer = r.layer_graph_s if graph else r.layer_eager_s
     host = r.step_s + r.seq_s * seqs
     per = f" / {r.steps_per_schedule} (multi-step)" if decode_only and r.steps_per_schedule > 1 else ""
-    return (f"host {host * 1e3:.3g} ms{per} + {cm.model.num_layers} layers x {layer * 1e6:.3g} us "
+    moe = r.moe_layer_graph_s if graph else r.moe_layer_eager_s
+    moe_text = f" + {cm.moe_layers} MoE layers x {moe * 1e6:.3g} us" if cm.moe_layers and moe else ""
+    return (f"host {host * 1e3:.3g} ms{per} + {cm.model.num_layers} layers x {layer * 1e6:.3g} us{moe_text} "
             f"({'CUDA graph' if graph else 'eager launches'})")
 
 

@@ -105,6 +105,8 @@ class EngineProfile(Frozen):
     kernels_per_layer: float = Field(gt=0)
     extra_kernels_quantized: float = Field(0.0, ge=0, description="more kernels per layer with weight-only "
                                            "quantised formats (activation quantisation before each GEMV)")
+    extra_kernels_moe: float = Field(0.0, ge=0, description="more kernels per MoE layer than per dense layer (router "
+                                     "softmax, top-k, expert-indexed GEMVs, weighting and summing the experts)")
     flash_attention: bool = Field(True, description="False: attention scores are materialised in fp32 and "
                                   "read and written by the softmax (memory traffic per head per pair)")
     attention_kv_reuse: Literal["full", "per_query_head"] = Field(
