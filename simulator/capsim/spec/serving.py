@@ -163,15 +163,23 @@ def engine_catalog() -> dict[str, EngineProfile]:
     profiles = {}
     for i, entry in enumerate(raw):
         name = entry.get("name", f"[{i}]") if isinstance(entry, dict) else f"[{i}]"
-        data = dict(entry) if isinstance(entry, dict) else entry
-        parent = data.pop("extends", None) if isinstance(data, dict) else None
-        if parent is not None:
-            if parent not in by_name:
-                raise CapsimError(f"{path} (engine {name}): field 'extends' names unknown engine {parent!r}.")
-            base = {k: v for k, v in by_name[parent].items() if k not in ("aliases", "extends")}
-            data = _merge(base, data)
+        data = _resolved(entry, by_name, path, name) if isinstance(entry, dict) else entry
         profiles[name] = validate(EngineProfile, data, f"{path} (engine {name})")
     return profiles
+
+
+def _resolved(entry: dict, by_name: dict, path: Path, name: str, seen: tuple[str, ...] = ()) -> dict:
+    """An entry with its `extends:` chain merged in (the parent's aliases are not inherited)."""
+    data = dict(entry)
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if parent not in by_name or parent in seen:
+        why = "a cycle of" if parent in seen else "unknown engine"
+        raise CapsimError(f"{path} (engine {name}): field 'extends' names {why} {parent!r}.")
+    base = _resolved(by_name[parent], by_name, path, name, seen + (parent,))
+    base.pop("aliases", None)
+    return _merge(base, data)
 
 
 def load_engine(name: str) -> EngineProfile:
