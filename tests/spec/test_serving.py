@@ -131,3 +131,21 @@ def test_macro_steps_equal_step_by_step_with_an_engine_and_tp(round_gpu_file):
     fast, slow = simulate(w), simulate(w, macro_steps=False)
     assert fast.requests.equals(slow.requests)
     assert fast.summary["setup"]["engine"] == "vllm@0.6-ms10" and fast.summary["setup"]["tp"] == 2
+
+
+def test_an_extends_cycle_or_unknown_parent_is_a_clear_error(tmp_path, monkeypatch):
+    import capsim.spec.serving as serving
+
+    path = tmp_path / "engines.yaml"
+    path.write_text("- {name: a, extends: b}\n- {name: b, extends: a}\n")
+    monkeypatch.setattr(serving, "_data_path", lambda: path)
+    serving.engine_catalog.cache_clear()
+    try:
+        with pytest.raises(CapsimError, match=r"engines.yaml \(engine a\): field 'extends' names a cycle of 'a'"):
+            serving.engine_catalog()
+        path.write_text("- {name: a, extends: c}\n")
+        serving.engine_catalog.cache_clear()
+        with pytest.raises(CapsimError, match=r"field 'extends' names unknown engine 'c'"):
+            serving.engine_catalog()
+    finally:
+        serving.engine_catalog.cache_clear()

@@ -163,7 +163,7 @@ def engine_catalog() -> dict[str, EngineProfile]:
     profiles = {}
     for i, entry in enumerate(raw):
         name = entry.get("name", f"[{i}]") if isinstance(entry, dict) else f"[{i}]"
-        data = _resolved(entry, by_name, path, name) if isinstance(entry, dict) else entry
+        data = _resolved(entry, by_name, path, name, (name,)) if isinstance(entry, dict) else entry
         profiles[name] = validate(EngineProfile, data, f"{path} (engine {name})")
     return profiles
 
