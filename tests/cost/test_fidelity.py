@@ -127,3 +127,19 @@ def test_moe_layers_add_the_engines_extra_kernels(round_gpu):
     # 2 layers x 10 kernels x 1 us, plus 1 MoE layer x 20 kernels x 1 us (a CUDA-graph decode step)
     assert CostModel(moe, gpu, FP16, FP16, engine=base).fixed_seconds(1, 1, True)[0] == pytest.approx(20e-6)
     assert CostModel(moe, gpu, FP16, FP16, engine=extra).fixed_seconds(1, 1, True)[0] == pytest.approx(40e-6)
+
+
+@pytest.mark.parametrize("engine, model, weights, context, measured_tokens_per_s", [
+    # llama.cpp PR #15131: RTX 4090, Llama-3-8B BF16, one-token steps (pp512 at micro-batch 1)
+    ("llama.cpp", "llama-3.1-8b", "bf16", 256, 65.21),
+    # llama.cpp discussion #17621: RTX 4090, Qwen3-30B-A3B Q4_K_M tg128, December 2025 defaults / fusion off
+    ("llama.cpp", "qwen3-30b-a3b", "q4_k_m", 64, 271.04),
+    ("llama.cpp@2025-08", "qwen3-30b-a3b", "q4_k_m", 64, 198.39),
+])
+def test_llama_cpp_2025_eras_reproduce_the_measurements_they_come_from(engine, model, weights, context,
+                                                                        measured_tokens_per_s):
+    from capsim.spec.catalog import load_hardware, load_model
+    from capsim.spec.serving import load_engine
+
+    cm = CostModel(load_model(model), load_hardware("rtx4090"), get_format(weights), FP16, engine=load_engine(engine))
+    assert 1.0 / cm.decode_seconds(1, float(context), 0.0) == pytest.approx(measured_tokens_per_s, rel=0.03)
