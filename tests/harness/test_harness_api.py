@@ -99,7 +99,10 @@ def test_the_shipped_h200_calibration_reproduces_from_its_raw_data(tmp_path):
     refitted = load_hardware(refit(tmp_path / shipped.name))
     original = load_hardware(shipped)
     for part in ("efficiency", "overhead"):  # the fit's last bits depend on the machine's BLAS
-        assert getattr(refitted, part).model_dump() == pytest.approx(getattr(original, part).model_dump(), rel=1e-9)
+        new, old = getattr(refitted, part).model_dump(), getattr(original, part).model_dump()
+        floats = [k for k, v in old.items() if isinstance(v, float)]  # approx refuses nested dicts and None
+        assert {k: new[k] for k in floats} == pytest.approx({k: old[k] for k in floats}, rel=1e-9)
+        assert {k: v for k, v in new.items() if k not in floats} == {k: v for k, v in old.items() if k not in floats}
 
 
 def test_check_needs_a_calibrated_profile():

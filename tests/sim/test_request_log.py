@@ -19,6 +19,17 @@ def test_request_records_derive_vllm_latencies():
     assert row["outcome"] == "completed" and row["reject_reason"] == ""
 
 
+def test_front_end_time_adds_to_ttft_and_e2el_but_not_to_tpot():
+    log = RequestLog(("too_long",), front_end=(0.010, 1e-5))  # 10 ms + 10 us per prompt token
+    r = make_request(1000, 5, rid=0, arrival_s=1.0)
+    r.first_scheduled_s, r.first_token_s, r.finish_s, r.generated_tokens = 1.5, 2.0, 4.0, 5
+    log.write(r, "completed")
+    row = request_frame(log.columns(), log.class_names, log.reject_reasons).iloc[0]
+    assert row["ttft_ms"] == pytest.approx(1000.0 + 10.0 + 10.0)  # 1 s + 10 ms + 1,000 x 10 us
+    assert row["e2el_ms"] == pytest.approx(3000.0 + 20.0)
+    assert row["queueing_ms"] == 500.0 and row["tpot_ms"] == pytest.approx(2000.0 / 4)
+
+
 def test_gap_log_expands_segments():
     g = GapLog()
     g.add(1.0, 2)

@@ -61,7 +61,8 @@ def test_gpu_numbers_are_plausible(name):
         assert gpu.interconnect.gpu_link_bytes_per_s > gpu.interconnect.pcie_bytes_per_s
     if gpu.price_per_hour_usd is not None:
         assert 0.1 <= gpu.price_per_hour_usd <= 20.0
-    assert 0.5 <= gpu.efficiency.bandwidth <= 1.0 and 0.5 <= gpu.efficiency.compute <= 1.0
+    # power-capped parts sustain far less than their tensor peak (the 72 W L4: 0.37)
+    assert 0.5 <= gpu.efficiency.bandwidth <= 1.0 and 0.3 <= gpu.efficiency.compute <= 1.0
 
 
 @pytest.mark.parametrize(

@@ -22,11 +22,17 @@ def test_every_engine_loads_and_says_where_its_numbers_come_from():
 
 
 def test_an_older_release_extends_its_engine_and_lists_only_differences():
-    new, old = load_engine("llama.cpp"), load_engine("llama.cpp@2024-01")
+    new, old = load_engine("llama.cpp@2024-05"), load_engine("llama.cpp@2024-01")
     assert new.cuda_graphs and not old.cuda_graphs
     assert old.kernels_per_layer == new.kernels_per_layer and old.overhead == new.overhead
     assert old.sources["scheduler"] == new.sources["scheduler"]  # inherited key by key
     assert "PR #6766" in old.sources["cuda_graphs"]
+    # a chain: 2025-08 extends the default (2025-12), which extends 2024-05
+    aug, dec = load_engine("llama.cpp@2025-08"), load_engine("llama.cpp")
+    assert aug.flash_attention and dec.flash_attention and not new.flash_attention
+    assert aug.kernels_per_layer == dec.kernels_per_layer and aug.extra_kernels_moe > dec.extra_kernels_moe
+    assert aug.sources["scheduler"] == new.sources["scheduler"] and "#17621" in aug.sources["extra_kernels_moe"]
+    assert load_engine("llama.cpp@2025-12").name == "llama.cpp"
     assert load_engine("vllm@0.6-ms10").overhead.steps_per_schedule == 10
     assert load_engine("TensorRT-LLM").name == "trt-llm"  # aliases, any case
 
@@ -91,7 +97,7 @@ def test_llama_cpp_on_an_h100_reaches_a_smaller_share_of_peak_bandwidth_than_on_
     share = {}
     for gpu in ("rtx4090", "h100-pcie"):
         hw = load_hardware(gpu)
-        cm = CostModel(model, hw, q4, f16, engine=load_engine("llama.cpp"))
+        cm = CostModel(model, hw, q4, f16, engine=load_engine("llama.cpp@2024-05"))  # the measurements' builds
         step_s = cm.decode_seconds(1, 512, 0)
         share[gpu] = cm.gemm_part(1, 1, 1)[3] / step_s / hw.memory_bandwidth_bytes_per_s
     # measured (validation/xiongjiedai-*): 4.9 GB x 130.6 tokens/s = 0.64 of the 4090's 1,008 GB/s,
@@ -125,3 +131,21 @@ def test_macro_steps_equal_step_by_step_with_an_engine_and_tp(round_gpu_file):
     fast, slow = simulate(w), simulate(w, macro_steps=False)
     assert fast.requests.equals(slow.requests)
     assert fast.summary["setup"]["engine"] == "vllm@0.6-ms10" and fast.summary["setup"]["tp"] == 2
+
+
+def test_an_extends_cycle_or_unknown_parent_is_a_clear_error(tmp_path, monkeypatch):
+    import capsim.spec.serving as serving
+
+    path = tmp_path / "engines.yaml"
+    path.write_text("- {name: a, extends: b}\n- {name: b, extends: a}\n")
+    monkeypatch.setattr(serving, "_data_path", lambda: path)
+    serving.engine_catalog.cache_clear()
+    try:
+        with pytest.raises(CapsimError, match=r"engines.yaml \(engine a\): field 'extends' names a cycle of 'a'"):
+            serving.engine_catalog()
+        path.write_text("- {name: a, extends: c}\n")
+        serving.engine_catalog.cache_clear()
+        with pytest.raises(CapsimError, match=r"field 'extends' names unknown engine 'c'"):
+            serving.engine_catalog()
+    finally:
+        serving.engine_catalog.cache_clear()

@@ -34,13 +34,14 @@ def test_the_suite_has_its_points_from_independent_sources(points):
 def test_a_decode_point_is_one_request_with_n_decode_steps(points):
     p = points["xdai-rtx4090-llama3-8b-q4_k_m-tg4096"]
     w = workload_for(p)
-    assert (w.engine, w.gpu, w.model, w.weights, w.kv_cache) == ("llama.cpp", "rtx4090", "llama-3.1-8b", "q4_k_m", "fp16")
+    assert (w.engine, w.gpu, w.model, w.weights, w.kv_cache) == ("llama.cpp@2024-05", "rtx4090", "llama-3.1-8b", "q4_k_m", "fp16")
     assert w.requests == 1 and w.arrivals.kind == "all_at_once"
     assert w.prompt_tokens.value == 1 and w.output_tokens.value == 4097  # first token + 4,096 decode steps
 
 
 def test_engine_versions_and_unstated_formats_follow_the_documented_rules(points):
     assert engine_for(points["xdai-rtx4090-llama2-7b-q4_0-tg1024"]) == "llama.cpp@2024-01"  # b1671, no CUDA graphs
+    assert engine_for(points["xdai-rtx4090-llama3-8b-q4_k_m-tg4096"]) == "llama.cpp@2024-05"  # build 2834-2843
     assert engine_for(points["lambda-vllm054-h100sxm-mistral7b-sharegpt-n320-itl"]) == "vllm@0.5"
     assert engine_for(points["vllm060-a100-llama31-8b-sharegpt-rps4-tpot"]) == "vllm@0.6-ms10"
     assert kv_format_for(points["trtllm10-h100sxm-llama31-8b-fp8-1000-1000"]) == "fp8_e4m3"  # TRT-LLM FP8 build

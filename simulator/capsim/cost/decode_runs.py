@@ -56,6 +56,8 @@ class DecodeRuns:
     kv_values_sliding: float
     kv_full_bytes: float
     kv_sliding_bytes: float
+    kv_read_full_bytes: float  # KV bytes read per context position (x query heads / KV heads without GQA reuse)
+    kv_read_sliding_bytes: float
     attn_flops_full: float
     attn_flops_sliding: float
     score_bytes_full: float
@@ -117,8 +119,8 @@ class DecodeRuns:
         return (q * self.attn_flops_full / fl + dq * self.kv_values_full / vec,
                 q * self.attn_flops_sliding / fl + dq * self.kv_values_sliding / vec,
                 base + self.attention_seq_s * n + later * (self.attn_flops_full + self.attn_flops_sliding) / fl,
-                (self.kv_full_bytes + q * self.score_bytes_full) / bw,
-                (self.kv_sliding_bytes + q * self.score_bytes_sliding) / bw,
+                (self.kv_read_full_bytes + q * self.score_bytes_full) / bw,
+                (self.kv_read_sliding_bytes + q * self.score_bytes_sliding) / bw,
                 (self.kv_full_bytes + self.kv_sliding_bytes) * n * q / bw + base)
 
     def decode_seconds(self, n: int, ctx_full, ctx_sliding):

@@ -28,10 +28,12 @@ SCORE_BYTES_PER_PAIR = 16.0
 @dataclass(frozen=True)
 class Rates:
     bandwidth_bytes_per_s: float
-    eta_weights_bw: float  # weight (GEMM) reads
+    eta_weights_bw: float  # weight (GEMM) reads: the GPU's GEMV share x the engine's kernel factor
+    eta_stream_bw: float  # elementwise kernels' traffic: the GPU's streaming share x the same factor
     eta_attn_bw: float  # KV reads and writes
-    eta_gemm: float  # large-GEMM share of gemm_peak_flops
-    half_tokens: float  # GEMM ramp: eta(M) = eta_gemm * M / (M + half_tokens)
+    eta_gemm: float  # large-GEMM share of gemm_peak_flops, for the weights' compute dtype
+    half_tokens: float  # GEMM ramp: eta(M) = eta_gemm * M / (M + half_tokens) ...
+    ramp_from_tokens: float  # ... for M at or above this; below it eta keeps its value here
     eta_attn_fl: float  # prefill attention share of attn_peak_flops
     gemm_peak_flops: float
     attn_peak_flops: float
@@ -41,6 +43,8 @@ class Rates:
     steps_per_schedule: int  # multi-step scheduling: decode-only steps pay host time / this
     layer_graph_s: float  # fixed GPU time per layer when the step replays a CUDA graph
     layer_eager_s: float  # ... and when it launches kernel by kernel
+    moe_layer_graph_s: float  # what an MoE layer adds to those (the engine's extra kernels per MoE layer) ...
+    moe_layer_eager_s: float  # ... without and with launch gaps
     graphs: bool
     graph_max_tokens: int | None
     attention_seq_s: float  # fixed time per decoding sequence per layer
@@ -48,6 +52,9 @@ class Rates:
     elementwise_hidden_bytes: float  # non-GEMM traffic per token per layer, per unit of hidden size
     elementwise_intermediate_bytes: float  # ... per unit of MLP width
     dequant_above_tokens: int | None  # weight-only formats: fp16 copy of the weights above this many tokens
+    kv_read_per_query_head: bool  # attention re-reads a KV head for each query head sharing it (no GQA reuse)
+    request_s: float  # front-end time per request (not GPU time), added to its TTFT and E2EL ...
+    prompt_token_s: float  # ... plus this per prompt token (tokenisation)
     tp: int = 1
     allreduce_latency_s: float = 0.0
     link_bytes_per_s: float = 1.0
@@ -86,19 +93,23 @@ def realistic_rates(hardware: HardwareProfile, engine: EngineProfile | None, wei
     eff, over = hardware.efficiency, hardware.overhead
     k = engine.kernel_efficiency if engine is not None else None
     bw_factor = k.weight_formats.get(weights.name, k.bandwidth) if k else 1.0
+    gemv = eff.gemv_bandwidth if eff.gemv_bandwidth is not None else eff.bandwidth
     weight_only = weights.compute_dtype == "fp16" and weights.bits_per_value < 16
     kernels = engine.kernels_for(weight_only) if engine is not None else 0.0
     if hardware.calibration is not None:
         kernels = max(0.0, kernels - CALIBRATED_KERNELS_PER_LAYER)
     layer_graph = over.layer_s + kernels * over.kernel_s
+    moe_kernels = engine.extra_kernels_moe if engine is not None else 0.0
     eng_over = engine.overhead if engine is not None else None
     link = hardware.interconnect.gpu_link_bytes_per_s or hardware.interconnect.pcie_bytes_per_s
     return Rates(
         bandwidth_bytes_per_s=hardware.memory_bandwidth_bytes_per_s,
-        eta_weights_bw=_eff(eff.bandwidth, bw_factor),
+        eta_weights_bw=_eff(gemv, bw_factor),
+        eta_stream_bw=_eff(eff.bandwidth, bw_factor),
         eta_attn_bw=_eff(eff.attention_bandwidth or eff.bandwidth, k.attention_bandwidth if k else 1.0),
-        eta_gemm=_eff(eff.compute, k.compute if k else 1.0),
+        eta_gemm=_eff(eff.compute_for(weights.compute_dtype), k.compute if k else 1.0),
         half_tokens=eff.compute_half_tokens,
+        ramp_from_tokens=eff.compute_ramp_from_tokens,
         eta_attn_fl=_eff(eff.attention_compute or eff.compute, k.attention_compute if k else 1.0),
         gemm_peak_flops=_gemm_peak(hardware, engine, weights),
         attn_peak_flops=hardware.peak_for("fp16"),
@@ -108,6 +119,8 @@ def realistic_rates(hardware: HardwareProfile, engine: EngineProfile | None, wei
         steps_per_schedule=eng_over.steps_per_schedule if eng_over else 1,
         layer_graph_s=layer_graph,
         layer_eager_s=layer_graph + kernels * over.launch_gap_s,
+        moe_layer_graph_s=moe_kernels * over.kernel_s,
+        moe_layer_eager_s=moe_kernels * (over.kernel_s + over.launch_gap_s),
         graphs=engine.cuda_graphs if engine is not None else True,
         graph_max_tokens=engine.cuda_graph_max_batch if engine is not None else None,
         attention_seq_s=over.attention_seq_s,
@@ -115,6 +128,9 @@ def realistic_rates(hardware: HardwareProfile, engine: EngineProfile | None, wei
         elementwise_hidden_bytes=engine.elementwise_bytes.hidden if engine is not None else 0.0,
         elementwise_intermediate_bytes=engine.elementwise_bytes.intermediate if engine is not None else 0.0,
         dequant_above_tokens=engine.dequant_gemm_above_tokens if engine is not None and weight_only else None,
+        kv_read_per_query_head=engine is not None and engine.attention_kv_reuse == "per_query_head",
+        request_s=eng_over.request_s if eng_over else 0.0,
+        prompt_token_s=eng_over.prompt_token_s if eng_over else 0.0,
         tp=tp,
         allreduce_latency_s=(engine.allreduce_latency_s if engine is not None and engine.allreduce_latency_s is not None
                              else hardware.interconnect.allreduce_latency_s),

@@ -2,10 +2,10 @@
 
 A step is priced as two rooflines run back to back, plus memory-bound elementwise kernels and
 fixed times:
-  GEMMs:       max(weight bytes / (eta_bw * BW),  matmul FLOPs / (eta_fl(T) * peak[dtype]))
+  GEMMs:       max(weight bytes / (eta_bw * BW),  matmul FLOPs / (eta_fl(T) * peak[dtype]))  (eta_bw: GEMV share)
   attention:   max(KV (+ score) bytes / (eta_attn * BW),
                    attention FLOPs / (eta_attn_fl * peak) + dequant work + per-sequence cost)
-  elementwise: activation bytes per token x T / (eta_bw * BW)
+  elementwise: activation bytes per token x T / (eta_stream_bw * BW)
   fixed:       host time per step and sequence + per-layer kernel times + TP all-reduces
 The GEMM, elementwise and fixed parts depend only on the token count T (and the sequence count);
 the attention part on the contexts.
@@ -83,6 +83,8 @@ class CostModel(DecodeRuns):
     state_bytes_per_seq: float
     window: int
     attention_layers: int
+    ramp_from_tokens: float
+    eta_stream_bw: float
 
     def __init__(
         self,
@@ -106,7 +108,8 @@ class CostModel(DecodeRuns):
             self.rates = None
             self.eta_bw = self.eta_attn_bw = doc.bandwidth_efficiency
             self.eta_fl = self.eta_attn_fl = doc.compute_efficiency
-            self.half_tokens = 0.0
+            self.half_tokens = self.ramp_from_tokens = 0.0
+            self.eta_stream_bw = self.eta_bw
             self.bandwidth = doc.bandwidth_bytes_per_s or hardware.memory_bandwidth_bytes_per_s
             self.peak = self.attn_peak = doc.peak_flops or hardware.peak_for(weights.compute_dtype)
             self.vector_peak = hardware.peak_flops.get("fp32", hardware.peak_flops["fp16"] / 4)
@@ -115,6 +118,7 @@ class CostModel(DecodeRuns):
             self.eta_bw, self.eta_attn_bw, self.eta_fl = r.eta_weights_bw, r.eta_attn_bw, r.eta_gemm
             self.eta_attn_fl, self.half_tokens, self.bandwidth = r.eta_attn_fl, r.half_tokens, r.bandwidth_bytes_per_s
             self.peak, self.attn_peak, self.vector_peak = r.gemm_peak_flops, r.attn_peak_flops, r.vector_flops
+            self.ramp_from_tokens, self.eta_stream_bw = r.ramp_from_tokens, r.eta_stream_bw
         self._gemm_setup(model, params, weights, doc, tp)
         self._attention_setup(model, kv_cache, tp)
         self._per_step_setup(model)
@@ -158,6 +162,11 @@ class CostModel(DecodeRuns):
         kvb = kv_cache.bytes_per_value
         self.kv_values_full, self.kv_values_sliding = full_v * share, sliding_v * share
         self.kv_full_bytes, self.kv_sliding_bytes = self.kv_values_full * kvb, self.kv_values_sliding * kvb
+        # A kernel without GQA reuse reads a rank's KV head once per query head that shares it.
+        reread = 1.0
+        if self.rates is not None and self.rates.kv_read_per_query_head and not model.mla:
+            reread = (model.num_heads / tp) / max(1.0, model.num_kv_heads / tp)
+        self.kv_read_full_bytes, self.kv_read_sliding_bytes = self.kv_full_bytes * reread, self.kv_sliding_bytes * reread
         self.window = model.sliding_window_tokens or 0
         counts = model.layer_counts
         self.attention_layers = counts.full + counts.sliding
@@ -172,6 +181,14 @@ class CostModel(DecodeRuns):
 
     # ---------------------------------------------------------------- fixed times
 
+    def front_end(self) -> tuple[float, float]:
+        """(seconds per request, seconds per prompt token) of the serving engine's front end:
+        added to each request's TTFT and E2EL, never to a step (realistic mode only)."""
+        r = self.rates
+        if r is None or self.mode != "realistic":
+            return 0.0, 0.0
+        return r.request_s, r.prompt_token_s
+
     def fixed_seconds(self, num_tokens: int, num_seqs: int, decode_only: bool) -> tuple[float, float]:
         """(overhead_s, allreduce_s) of a step: host time, per-layer and per-kernel GPU fixed
         times; and the TP all-reduces. Zero in document mode."""
@@ -181,8 +198,11 @@ class CostModel(DecodeRuns):
         host = r.step_s + r.seq_s * num_seqs
         if decode_only:
             host = host / r.steps_per_schedule
-        layer = r.layer_graph_s if r.uses_graph(num_tokens, decode_only) else r.layer_eager_s
+        graph = r.uses_graph(num_tokens, decode_only)
+        layer = r.layer_graph_s if graph else r.layer_eager_s
         overhead = host + layer * self.num_layers
+        if self.moe_layers:
+            overhead += (r.moe_layer_graph_s if graph else r.moe_layer_eager_s) * self.moe_layers
         return overhead, r.allreduce_s(num_tokens, self.hidden_size, self.num_layers)
 
     # ---------------------------------------------------------------- GEMM part (depends on T only)
@@ -203,8 +223,14 @@ class CostModel(DecodeRuns):
         flops = self.body_flops_per_token * num_tokens + self.head_flops_per_logit * num_logits
         byts = self.dense_weight_bytes + self.moe_layers * self.experts_touched(num_tokens) * self.expert_bytes
         byts += self.state_bytes_per_seq * num_seqs
-        eta = self.eta_fl * num_tokens / (num_tokens + self.half_tokens)
-        return flops / (eta * self.peak), byts / (self.eta_bw * self.bandwidth), flops, byts
+        return flops / (self.gemm_eta(num_tokens) * self.peak), byts / (self.eta_bw * self.bandwidth), flops, byts
+
+    def gemm_eta(self, num_tokens: int) -> float:
+        """The GEMMs' share of the peak at num_tokens rows: the ramp M / (M + half_tokens), held
+        at its value at ramp_from_tokens below that (the ramp's measured range), so small-M
+        GEMMs stay weight-read bound as GEMV measurements show."""
+        m = float(num_tokens) if num_tokens >= self.ramp_from_tokens else self.ramp_from_tokens
+        return self.eta_fl * m / (m + self.half_tokens)
 
     def elementwise_part(self, num_tokens: int) -> tuple[float, float]:
         """(seconds, bytes) of the memory-bound kernels between the GEMMs (norms, rope, activation
@@ -218,7 +244,7 @@ class CostModel(DecodeRuns):
         if r.dequant_above_tokens is not None and num_tokens > r.dequant_above_tokens:
             wb = self.weights_format.bytes_per_value
             byts += self.dense_weight_bytes / wb * (2.0 + wb)
-        return byts / (self.eta_bw * self.bandwidth), byts
+        return byts / (self.eta_stream_bw * self.bandwidth), byts
 
     # ---------------------------------------------------------------- attention part
 
@@ -226,7 +252,8 @@ class CostModel(DecodeRuns):
                        num_tokens: float, num_seqs: float = 0.0) -> tuple[float, float, float, float]:
         """(compute_s, memory_s, flops, bytes) of attention in one step.
 
-        ctx_*: context positions read from the cache, summed over sequences; pairs_*: (new token,
+        ctx_*: context positions read from the cache, summed over sequences (each read once per KV
+        head, or once per query head when the engine's kernel has no GQA reuse); pairs_*: (new token,
         attended position) pairs, summed. The kernels' fixed cost per sequence and layer sits on
         the compute side: it overlaps with streaming a long context and shows with short ones.
         attention_arrays is the same expression over numpy arrays of steps: keep the two identical
@@ -234,7 +261,7 @@ class CostModel(DecodeRuns):
         """
         if self.mode == "document":
             return 0.0, 0.0, 0.0, 0.0
-        read = self.kv_full_bytes * ctx_full + self.kv_sliding_bytes * ctx_sliding
+        read = self.kv_read_full_bytes * ctx_full + self.kv_read_sliding_bytes * ctx_sliding
         read = read + (self.score_bytes_full * pairs_full + self.score_bytes_sliding * pairs_sliding)
         byts = read + (self.kv_full_bytes + self.kv_sliding_bytes) * num_tokens
         flops = self.attn_flops_full * pairs_full + self.attn_flops_sliding * pairs_sliding
@@ -251,7 +278,7 @@ class CostModel(DecodeRuns):
         if self.mode == "document":
             zero = ctx_full * 0.0
             return zero, zero, zero, zero
-        read = self.kv_full_bytes * ctx_full + self.kv_sliding_bytes * ctx_sliding
+        read = self.kv_read_full_bytes * ctx_full + self.kv_read_sliding_bytes * ctx_sliding
         read = read + (self.score_bytes_full * pairs_full + self.score_bytes_sliding * pairs_sliding)
         byts = read + (self.kv_full_bytes + self.kv_sliding_bytes) * num_tokens
         flops = self.attn_flops_full * pairs_full + self.attn_flops_sliding * pairs_sliding

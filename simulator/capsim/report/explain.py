@@ -56,10 +56,11 @@ def _explain(cm: CostModel, title: str, tokens: int, seqs: int, decode_only: boo
     ac, am, af, ab = attn
     es, eb = cm.elementwise_part(tokens)
     overhead, comm = cm.fixed_seconds(tokens, seqs, decode_only)
-    ramp = tokens / (tokens + cm.half_tokens) if cm.half_tokens else 1.0
+    ramp = cm.gemm_eta(tokens) / cm.eta_fl
+    held = f", held at {cm.ramp_from_tokens:.0f} tokens" if tokens < cm.ramp_from_tokens else ""
     terms = [
         Term("GEMM weight reads", gm, f"{_bytes(gb)} / ({cm.eta_bw:.2f} x {_tb(cm.bandwidth)})"),
-        Term("GEMM FLOPs", gc, f"{gf / 1e12:.3g} TFLOP / ({cm.eta_fl:.2f} x {cm.peak / 1e12:.0f} TFLOPS x ramp {ramp:.2f})"),
+        Term("GEMM FLOPs", gc, f"{gf / 1e12:.3g} TFLOP / ({cm.eta_fl:.2f} x {cm.peak / 1e12:.0f} TFLOPS x ramp {ramp:.2f}{held})"),
         Term("attention KV traffic", am, f"{_bytes(ab)} / ({cm.eta_attn_bw:.2f} x {_tb(cm.bandwidth)})"),
         Term("attention FLOPs", ac, f"{af / 1e12:.3g} TFLOP / ({cm.eta_attn_fl:.2f} x {cm.attn_peak / 1e12:.0f} TFLOPS)"
              f" + {seqs} seqs x {cm.attention_seq_s * 1e6:.3g} us"),
@@ -83,12 +84,24 @@ def _fixed_detail(cm: CostModel, tokens: int, seqs: int, decode_only: bool) -> s
     layer = r.layer_graph_s if graph else r.layer_eager_s
     host = r.step_s + r.seq_s * seqs
     per = f" / {r.steps_per_schedule} (multi-step)" if decode_only and r.steps_per_schedule > 1 else ""
-    return (f"host {host * 1e3:.3g} ms{per} + {cm.model.num_layers} layers x {layer * 1e6:.3g} us "
+    moe = r.moe_layer_graph_s if graph else r.moe_layer_eager_s
+    moe_text = f" + {cm.moe_layers} MoE layers x {moe * 1e6:.3g} us" if cm.moe_layers and moe else ""
+    return (f"host {host * 1e3:.3g} ms{per} + {cm.model.num_layers} layers x {layer * 1e6:.3g} us{moe_text} "
             f"({'CUDA graph' if graph else 'eager launches'})")
 
 
-def render(items: list[Explained], cm: CostModel) -> str:
-    """Plain-text tables plus the sources of every efficiency and fixed time."""
+def front_end_line(cm: CostModel, prompt_tokens: float) -> str:
+    """The serving front end's time per request (in TTFT and E2EL, not in a step) at this prompt length."""
+    per_request, per_token = cm.front_end()
+    total = per_request + per_token * prompt_tokens
+    return (f"per request, off the GPU: front end (HTTP, tokenising, hand-off, detokenising) {total * 1e3:.3f} ms = "
+            f"{per_request * 1e3:.3g} ms + {per_token * 1e6:.3g} us x {prompt_tokens:,.0f} prompt tokens, "
+            "added to TTFT and E2EL")
+
+
+def render(items: list[Explained], cm: CostModel, prompt_tokens: float | None = None) -> str:
+    """Plain-text tables, the front end's time per request (at `prompt_tokens`, when given) and
+    the sources of every efficiency and fixed time."""
     lines = []
     engine = cm.engine.name if cm.engine else "none"
     lines.append(f"Cost model working: {cm.model.name}, {cm.weights_format.name} weights, {cm.kv_format.name} KV, "
@@ -100,6 +113,9 @@ def render(items: list[Explained], cm: CostModel) -> str:
             lines.append(f"  {t.name:<24} {t.seconds * 1e3:>9.3f} ms   {t.detail}")
         lines.append("  (time = max(GEMM reads, GEMM FLOPs) + max(attention traffic, attention FLOPs) "
                      "+ elementwise + fixed + all-reduce)")
+    if prompt_tokens is not None:
+        lines.append("")
+        lines.append(front_end_line(cm, prompt_tokens))
     if cm.rates is not None:
         lines.append("")
         lines.append("Where the numbers come from:")
@@ -119,4 +135,4 @@ def explain_run(result) -> str:
     output = float(req["output_tokens"].mean()) if "output_tokens" in req and len(req) else 1.0
     context = max(1, round(prompt + output / 2))
     chunk = max(1, min(result.setup.max_num_batched_tokens, round(prompt)))
-    return render([decode_step(cm, batch, context), prefill_chunk(cm, chunk)], cm)
+    return render([decode_step(cm, batch, context), prefill_chunk(cm, chunk)], cm, prompt)

@@ -29,6 +29,9 @@ class Sink(Protocol):
     def event(self, rid: int) -> Event:
         """An event that fires with the outcome of request `rid`."""
 
+    def client_delay_s(self, prompt_tokens: int) -> float:
+        """The front end's time per request: the client has the answer that much after the engine."""
+
     def new_session(self) -> int: ...
 
     def submit(self, req: Request) -> None: ...
@@ -62,15 +65,15 @@ def user(engine: Sink, stream: ClosedLoopStream, index: int):
     think, send again. With turns_per_session > 1 each turn's prompt is the session so far
     (earlier prompts and answers) plus a new message, and the session id lets the prefix cache
     find that history."""
-    history, turn, session, cls = 0, 0, None, 0
+    history, turn, session, cls, prompt = 0, 0, None, 0, 0
     first = True
     planned = 0  # replicas that planned at this instant before the last request's rejection
     start = stream.start_s(index)
     if start > 0:
         yield engine.at(start, user=index)
     while True:
-        if not first:
-            yield engine.at(engine.env.now + stream.think(), user=index, planned=planned)
+        if not first:  # the answer reaches the user after the front end's time; then the user thinks
+            yield engine.at(engine.env.now + engine.client_delay_s(prompt) + stream.think(), user=index, planned=planned)
         now = engine.env.now
         if (stream.duration_s is not None and now >= stream.duration_s) or \
                 (stream.max_requests is not None and engine.arrived >= stream.max_requests):

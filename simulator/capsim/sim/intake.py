@@ -62,7 +62,9 @@ class Intake:
         self.entry = [r for r in replicas if r.role != "decode"]  # the replicas arrivals are routed to
         self.decode_pool = [r for r in replicas if r.role == "decode"]
         self._rr_decode = 0
-        self.requests = RequestLog(REJECT_REASONS, stream.class_names)
+        # The serving front end's time per request and prompt token: in TTFT and E2EL, off the GPU.
+        self.front_end = replicas[0].cost.front_end()
+        self.requests = RequestLog(REJECT_REASONS, stream.class_names, self.front_end)
         self.outcomes = Outcomes(self.requests)
         self.arrived = 0
         self.next_index = 0  # open loop: index of the next arrival
@@ -133,6 +135,11 @@ class Intake:
         event = self.env.event()
         self.outcomes.wait_for(rid, event)
         return event
+
+    def client_delay_s(self, prompt_tokens: int) -> float:
+        """How much later than the engine's last token a client has the whole answer (the front
+        end's time per request): a closed-loop user sends again only after that."""
+        return self.front_end[0] + self.front_end[1] * prompt_tokens
 
     def new_session(self) -> int:
         self._sessions += 1

@@ -26,8 +26,12 @@ class RequestLog:
               "first_scheduled_s", "first_token_s", "finish_s", "generated_tokens", "preemptions",
               "recomputed_tokens", "replica", "user", "first_of_user", "class_index", "samples")
 
-    def __init__(self, reject_reasons: tuple[str, ...], class_names: tuple[str, ...] = ("all",)) -> None:
+    def __init__(self, reject_reasons: tuple[str, ...], class_names: tuple[str, ...] = ("all",),
+                 front_end: tuple[float, float] = (0.0, 0.0)) -> None:
         self.reject_reasons, self.class_names = reject_reasons, class_names
+        # The serving front end's time per request and per prompt token (CostModel.front_end): the
+        # client sees the first and the last token that much later than the engine emits them.
+        self.front_end = front_end
         self._rows = Records(self.FIELDS, ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s"))
 
     def __len__(self) -> int:
@@ -47,7 +51,7 @@ class RequestLog:
         """The requests table as numpy columns in request-id order: the categorical ones as codes
         (outcome: index into OUTCOMES; reject_reason: index into reject_reasons, -1 for none;
         class_index; user: -1 for none; first_of_user: its closed-loop user's first request), then the derived latencies in ms (tpot_ms: NaN below
-        two tokens). summarize() reads these; frame() turns them into the DataFrame."""
+        two tokens; TTFT and E2EL include the front end's time). summarize() reads these; frame() turns them into the DataFrame."""
         cols = self._rows.columns()
         order = np.argsort(cols["id"], kind="stable")
 
@@ -66,8 +70,14 @@ class RequestLog:
             "first_of_user": take("first_of_user", np.bool_),
         }
         ms = 1e3
-        out["ttft_ms"] = (out["first_token_s"] - out["arrival_s"]) * ms
-        out["e2el_ms"] = (out["finish_s"] - out["arrival_s"]) * ms
+        per_request, per_token = self.front_end
+        if per_request or per_token:
+            front = per_request + per_token * out["prompt_tokens"].astype(np.float64)
+            out["ttft_ms"] = (out["first_token_s"] - out["arrival_s"] + front) * ms
+            out["e2el_ms"] = (out["finish_s"] - out["arrival_s"] + front) * ms
+        else:
+            out["ttft_ms"] = (out["first_token_s"] - out["arrival_s"]) * ms
+            out["e2el_ms"] = (out["finish_s"] - out["arrival_s"]) * ms
         out["queueing_ms"] = (out["first_scheduled_s"] - out["arrival_s"]) * ms
         tpot = np.full(len(order), _NAN)
         np.divide((out["finish_s"] - out["first_token_s"]) * ms, out["generated_tokens"] - 1, out=tpot,

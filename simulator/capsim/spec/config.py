@@ -75,19 +75,38 @@ Dtype = Literal["fp32", "tf32", "fp16", "fp16_acc16", "bf16", "fp8", "int8", "fp
 
 
 class Efficiency(Frozen):
-    """Shares of the datasheet peaks a real server reaches (realistic mode)."""
+    """Shares of the datasheet peaks a real server reaches (realistic mode).
 
-    bandwidth: float = Field(0.8, ge=L.MIN_EFFICIENCY, le=1, description="achieved / peak memory bandwidth of weight reads")
+    A GEMM of M tokens costs max(weight bytes / (gemv_bandwidth x BW), FLOPs / (compute x ramp(M)
+    x peak)) with ramp(M) = M / (M + compute_half_tokens). The ramp is measured over a range of M;
+    below `compute_ramp_from_tokens` it keeps its value there instead of falling towards 0, so a
+    small-M GEMM stays weight-read bound (a GEMV) as GEMV measurements show."""
+
+    bandwidth: float = Field(0.8, ge=L.MIN_EFFICIENCY, le=1, description="achieved / peak memory bandwidth of streaming "
+                             "kernels (elementwise; weight reads too unless gemv_bandwidth is given)")
+    gemv_bandwidth: float | None = Field(
+        None, ge=L.MIN_EFFICIENCY, le=1, description="achieved / peak bandwidth of weight-streaming GEMV and small-M "
+        "GEMMs (default: bandwidth)")
     compute: float = Field(0.7, ge=L.MIN_EFFICIENCY, le=1, description="achieved / peak dense tensor FLOPS, large GEMMs")
+    compute_by_dtype: dict[Dtype, Annotated[float, Field(ge=L.MIN_EFFICIENCY, le=1)]] = Field(
+        {}, description="large-GEMM share of the peak per compute dtype where it differs from `compute` "
+        "(e.g. fp8 on Hopper)")
     compute_half_tokens: float = Field(
         0.0, ge=0, le=L.MAX_TOKENS, description="GEMM efficiency ramp: eff(M) = compute * M / (M + this); 0 = flat"
     )
+    compute_ramp_from_tokens: float = Field(
+        0.0, ge=0, le=L.MAX_TOKENS, description="below this many tokens the ramp keeps its value at this many "
+        "(the smallest M it was measured at); 0: the ramp applies at every M")
     attention_bandwidth: float | None = Field(
         None, ge=L.MIN_EFFICIENCY, le=1, description="bandwidth efficiency of paged-attention KV reads (default: bandwidth)"
     )
     attention_compute: float | None = Field(
         None, ge=L.MIN_EFFICIENCY, le=1, description="achieved / peak fp16 FLOPS of prefill attention (default: compute)"
     )
+
+    def compute_for(self, dtype: str) -> float:
+        """The large-GEMM share of the peak for GEMMs computed in this dtype."""
+        return self.compute_by_dtype.get(dtype, self.compute)  # type: ignore[call-overload]
 
 
 class Overhead(Frozen):

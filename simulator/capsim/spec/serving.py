@@ -51,11 +51,18 @@ class ElementwiseBytes(Frozen):
 class EngineOverhead(Frozen):
     """Host-side time per forward pass that the GPU waits for (scheduling, input preparation,
     sampling, output processing): step_s + seq_s x running sequences. Multi-step scheduling runs
-    `steps_per_schedule` decode steps per scheduler call, so decode-only steps pay 1/that."""
+    `steps_per_schedule` decode steps per scheduler call, so decode-only steps pay 1/that.
+
+    `request_s` + `prompt_token_s` x prompt tokens is the front end's time per request (HTTP,
+    tokenising, handing the request to the engine process, detokenising and streaming back): it
+    is on every request's path but not on the GPU's, so it adds to TTFT and E2EL and delays a
+    closed-loop user's next send, and never holds up a step."""
 
     step_s: float = Field(0.0, ge=0)
     seq_s: float = Field(0.0, ge=0)
     steps_per_schedule: int = Field(1, gt=0)
+    request_s: float = Field(0.0, ge=0, le=10.0, description="front-end time per request (added to TTFT and E2EL)")
+    prompt_token_s: float = Field(0.0, ge=0, le=1e-3, description="front-end time per prompt token (tokenisation)")
 
 
 class KernelEfficiency(Frozen):
@@ -98,8 +105,13 @@ class EngineProfile(Frozen):
     kernels_per_layer: float = Field(gt=0)
     extra_kernels_quantized: float = Field(0.0, ge=0, description="more kernels per layer with weight-only "
                                            "quantised formats (activation quantisation before each GEMV)")
+    extra_kernels_moe: float = Field(0.0, ge=0, description="more kernels per MoE layer than per dense layer (router "
+                                     "softmax, top-k, expert-indexed GEMVs, weighting and summing the experts)")
     flash_attention: bool = Field(True, description="False: attention scores are materialised in fp32 and "
                                   "read and written by the softmax (memory traffic per head per pair)")
+    attention_kv_reuse: Literal["full", "per_query_head"] = Field(
+        "full", description="full: the attention kernel reads each KV head once for all the query heads that share "
+        "it (GQA); per_query_head: once per query head (KV reads x query heads / KV heads)")
     elementwise_bytes: ElementwiseBytes = ElementwiseBytes()
     dequant_gemm_above_tokens: int | None = Field(
         None, gt=0, description="steps with more tokens dequantise weight-only-quantised weights to fp16 before "
@@ -151,15 +163,23 @@ def engine_catalog() -> dict[str, EngineProfile]:
     profiles = {}
     for i, entry in enumerate(raw):
         name = entry.get("name", f"[{i}]") if isinstance(entry, dict) else f"[{i}]"
-        data = dict(entry) if isinstance(entry, dict) else entry
-        parent = data.pop("extends", None) if isinstance(data, dict) else None
-        if parent is not None:
-            if parent not in by_name:
-                raise CapsimError(f"{path} (engine {name}): field 'extends' names unknown engine {parent!r}.")
-            base = {k: v for k, v in by_name[parent].items() if k not in ("aliases", "extends")}
-            data = _merge(base, data)
+        data = _resolved(entry, by_name, path, name, (name,)) if isinstance(entry, dict) else entry
         profiles[name] = validate(EngineProfile, data, f"{path} (engine {name})")
     return profiles
+
+
+def _resolved(entry: dict, by_name: dict, path: Path, name: str, seen: tuple[str, ...] = ()) -> dict:
+    """An entry with its `extends:` chain merged in (the parent's aliases are not inherited)."""
+    data = dict(entry)
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if parent not in by_name or parent in seen:
+        why = "a cycle of" if parent in seen else "unknown engine"
+        raise CapsimError(f"{path} (engine {name}): field 'extends' names {why} {parent!r}.")
+    base = _resolved(by_name[parent], by_name, path, name, seen + (parent,))
+    base.pop("aliases", None)
+    return _merge(base, data)
 
 
 def load_engine(name: str) -> EngineProfile:

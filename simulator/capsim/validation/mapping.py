@@ -40,8 +40,16 @@ def engine_for(point: dict) -> str:
     """The engine profile of a point's engine and version (capsim/data/engines.yaml)."""
     engine, version = str(point["engine"]), str(point.get("engine_version", "")).removeprefix("v")
     if engine == "llama.cpp":
-        old = any(tag in version for tag in ("b1671", "Dec 2023", "2024-01", "January 2024", "#4766"))
-        return "llama.cpp@2024-01" if old else "llama.cpp"
+        # engine profiles by build era: the point's build or date picks one
+        if any(tag in version for tag in ("b1671", "Dec 2023", "2024-01", "January 2024", "#4766")):
+            return "llama.cpp@2024-01"
+        if any(tag in version for tag in ("(2834)", "(2837)", "(2843)", "May 2024")):
+            return "llama.cpp@2024-05"
+        if any(tag in version for tag in ("2025-08", "2025-09", "2025-10")):
+            return "llama.cpp@2025-08"
+        if "2025-1" in version or "2026" in version:
+            return "llama.cpp"  # the December 2025 profile
+        raise Skip(f"no llama.cpp profile for the build era of {version!r} (eras: 2024-01, 2024-05, 2025-08, 2025-12)")
     if engine == "vllm":
         if version.startswith("0.5"):
             return "vllm@0.5"
