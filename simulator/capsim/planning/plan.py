@@ -139,12 +139,13 @@ def plan(workload, objectives: Objectives, space: SearchSpace, *, rate: float | 
     closest = None if winner else _closest(rows)
     front = pareto_front(pd.DataFrame(feasible)) if feasible else pd.DataFrame()
     name = w.name or (Path(workload).stem if isinstance(workload, (str, Path)) else "workload")
-    model = w.model if isinstance(w.model, str) else w.model.name
+    spec = load_model(w.model) if isinstance(w.model, str) else w.model
+    model = spec.name
     result = PlanResult(frame, pd.DataFrame(points), winner, closest, front, pruned, {"over": over, "load": load},
                         objectives, name, model, space.budget_gpus)
     if winner is not None:
         fraction = w.gpu_memory_utilization if "gpu_memory_utilization" in w.model_fields_set else None
-        result.launch = launch_commands(winner, model, w.max_model_len or load_model(model).max_context_tokens, fraction)
+        result.launch = launch_commands(winner, spec, w.max_model_len or spec.max_context_tokens, fraction)
     result.explain = explain(result)
     return result
 

@@ -128,6 +128,8 @@ class BoundModel:
 
     def prefill_floor_s(self, tokens: int) -> float:
         """A step computing `tokens` prompt tokens with no attention, no logits and one sequence."""
+        if self.cost.mode == "unit":
+            return self.cost.unit_step_s
         gc, gm, _, _ = self.cost.gemm_part(tokens, 0, 1)
         overhead, comm = self.cost.fixed_seconds(tokens, 1, decode_only=False)
         return max(gc, gm) + self.cost.elementwise_part(tokens)[0] + overhead + comm

@@ -14,7 +14,6 @@ import pandas as pd
 
 from capsim.planning.sweep import json_rows, order_columns
 from capsim.results.slo import Objectives
-from capsim.spec.catalog import load_model
 from capsim.spec.serving import load_engine
 
 FIRST = ("candidate", "status", "gpu", "tp", "weights", "kv_cache", "engine", "max_num_seqs", "max_num_batched_tokens",
@@ -111,10 +110,10 @@ def pareto_front(feasible: pd.DataFrame) -> pd.DataFrame:
     return order_columns(f.reset_index(drop=True), list(FIRST))
 
 
-def hf_id(model_name: str) -> str:
-    """The model's Hugging Face id from its catalogue source (…huggingface.co/ORG/NAME/…), else its capsim name."""
-    match = re.search(r"huggingface\.co/([^/\s]+/[^/\s]+)", load_model(model_name).source or "")
-    return match.group(1) if match else model_name
+def hf_id(model) -> str:
+    """The model's Hugging Face id from its source (…huggingface.co/ORG/NAME/…), else its capsim name."""
+    match = re.search(r"huggingface\.co/([^/\s]+/[^/\s]+)", model.source or "")
+    return match.group(1) if match else model.name
 
 
 def _kv_dtype(kv: str) -> str:
@@ -129,11 +128,11 @@ def _quant(weights: str) -> list[str]:
     return []
 
 
-def launch_commands(row: dict, model_name: str, max_model_len: int, memory_fraction: float | None) -> dict[str, str]:
+def launch_commands(row: dict, model, max_model_len: int, memory_fraction: float | None) -> dict[str, str]:
     """Per-replica launch commands for the chosen deployment (run `replicas` of them behind a
     router). The memory fraction is the workload's gpu_memory_utilization if it sets one, else each
     engine's own default (capsim engines)."""
-    model = hf_id(model_name)
+    model = hf_id(model)
     vllm_mem = memory_fraction or load_engine("vllm").gpu_memory_utilization
     sglang_mem = memory_fraction or load_engine("sglang").gpu_memory_utilization
     vllm = ["vllm", "serve", model, "--tensor-parallel-size", str(row["tp"]), "--max-num-seqs", str(row["max_num_seqs"]),
