@@ -53,15 +53,23 @@ def test_memory_fit_of_a_70b_model_on_one_l40s():
 
 
 def test_throughput_bound_by_hand():
-    # Unit mode: a step takes 10 ms whatever it holds. 8 sequences decode at most 8 tokens a step: 800 output
-    # tokens/s, 80 requests/s of 10-token answers (prefill: 4,096 tokens a step is far more). At 1,000/s the
-    # fewest replicas are ceil(1000 / (1.25 x 80)) = 10: over a budget of 8 GPUs, within one of 10.
-    w = unit_workload("l40s", arrivals={"kind": "poisson", "rate_per_s": 1000.0})
+    # Unit mode: a step takes 10 ms whatever it holds, and attention costs nothing extra. 8 sequences decode at
+    # most 8 tokens a step, and a request's 10-token answer takes 9 decode steps (the first token comes with
+    # the prefill): 800 / 9 = 88.9 requests/s (prefill: 4,096 tokens a step is far more). At 1,100/s the
+    # fewest replicas are ceil(1100 / (1.25 x 88.9)) = 10: over a budget of 8 GPUs, within one of 10.
+    w = unit_workload("l40s", arrivals={"kind": "poisson", "rate_per_s": 1100.0})
     goals = parse_objectives(["ttft_p99_ms=1e6"])
-    b = bounds_of(w, goals, budget=8, rate=1000.0)
-    assert b.max_rate_per_replica == pytest.approx(80.0) and b.min_replicas == 10 and b.pruned_by == "throughput"
-    b = bounds_of(w, goals, budget=10, rate=1000.0)
+    b = bounds_of(w, goals, budget=8, rate=1100.0)
+    assert b.max_rate_per_replica == pytest.approx(800 / 9) and b.min_replicas == 10 and b.pruned_by == "throughput"
+    b = bounds_of(w, goals, budget=10, rate=1100.0)
     assert b.pruned_by is None and b.min_replicas == 10 and b.max_replicas == 10
+
+
+def test_decode_context_bound_by_hand():
+    # A request with prompt p and o outputs decodes o - 1 tokens attending p + 0, p + 1, ... positions.
+    w = unit_workload("l40s", prompt_tokens={"dist": "fixed", "value": 100}, output_tokens={"dist": "fixed", "value": 5})
+    demand = traffic(w, "rate_per_s", 10.0, 10.0)
+    assert demand.mean_decodes == 4 and demand.mean_decode_context == 4 * 100 + 4 * 3 / 2
 
 
 @pytest.mark.parametrize("slo, pruned", [("tpot_p99_ms=5", "tpot"), ("tpot_p99_ms=20", None),

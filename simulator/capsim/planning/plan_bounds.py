@@ -7,11 +7,15 @@ simulation would accept (tests/planning/test_plan_bounds.py simulates pruned one
 - memory fit: the set-up resolves (weights, activations and the engine's reserve leave room for a
   KV cache) and the KV cache holds at least one max_model_len sequence (vLLM refuses to start
   otherwise);
-- throughput: a replica cannot produce output tokens faster than its best decode batch does
-  (batch b at the least context, for every b up to max_num_seqs and the KV cache's room), nor read
-  prompts faster than a prefill step of the whole token budget with no attention; so the fewest
-  replicas that can carry the target rate is ceil(rate / (THROUGHPUT_SLACK x that)); beyond the
-  GPU budget the candidate is out;
+- throughput: steps run one after another, and a step holding b decoding sequences that attend S
+  context positions in all takes at least g(b) + m1 x S (the GEMMs, elementwise kernels and fixed
+  costs of b tokens, plus reading their KV cache and scores; prefill tokens in the same step only
+  add). Each request decodes o - 1 tokens attending at least (o-1)p + (o-1)(o-2)/2 positions, and
+  b is at most max_num_seqs and the KV cache's room, so one replica's busy time per request is at
+  least E[o-1] / max_b(b / g(b)) + m1 x E[(o-1)p + (o-1)(o-2)/2]. Prompts cannot be read faster
+  than a step of the whole token budget with no attention. The fewest replicas that can carry the
+  target rate is ceil(rate / (THROUGHPUT_SLACK x the lower of the two rates)); beyond the GPU
+  budget the candidate is out;
 - TPOT (and ITL): no token gap is shorter than one decode step at batch 1;
 - TTFT: no request's first token comes before its prompt's prefill alone on the replica; a
   percentile over the steady window (at least `window_share` of the simulated requests) is then at
@@ -59,6 +63,8 @@ class Traffic:
 
     prompt_tokens: np.ndarray  # one per simulated request (shared prefix included)
     output_tokens: np.ndarray  # aligned with prompt_tokens
+    mean_decodes: float  # E[o - 1]: tokens each request gets from decode steps
+    mean_decode_context: float  # E[(o-1)p + (o-1)(o-2)/2]: least context positions its decode steps attend
     window_share: float  # least share of the simulated requests inside the steady window
     rate_per_s: float | None  # the target request rate (None: closed-loop users)
     prefill_exact: bool  # False with prefix caching (cached prompt tokens are not computed)
@@ -81,8 +87,12 @@ def traffic(w: WorkloadConfig, over: str, x: float, rate_per_s: float | None) ->
     data.pop("duration_s", None)
     stream = build_stream(C.validate(WorkloadConfig, data, "plan"))
     samples = max([w.samples] + [c.samples or 0 for c in w.classes or []])
-    return Traffic(np.asarray(stream.prompt_tokens), np.asarray(stream.output_tokens), PROBE_WINDOW_REQUESTS / n,
-                   rate_per_s, not w.prefix_caching, w.speculative is None and samples == 1)
+    p, o = np.asarray(stream.prompt_tokens, np.float64), np.asarray(stream.output_tokens, np.float64)
+    decodes = np.maximum(o - 1, 0)
+    context = decodes * p + decodes * np.maximum(decodes - 1, 0) / 2
+    return Traffic(np.asarray(stream.prompt_tokens), np.asarray(stream.output_tokens), float(decodes.mean()),
+                   float(context.mean()), PROBE_WINDOW_REQUESTS / n, rate_per_s, not w.prefix_caching,
+                   w.speculative is None and samples == 1)
 
 
 @dataclass(frozen=True)
@@ -114,17 +124,31 @@ class BoundModel:
         self.memo = memo  # best rates already found for this cost model: (kind, top) -> rate
 
     def best_rate(self, kind: str, top: int) -> float:
-        """best_rate over grid(top) of decode steps ("decode") or prefill floors ("prefill"), memoised:
+        """best_rate over grid(top) of decode floors ("decode") or prefill floors ("prefill"), memoised:
         candidates differing only in max_num_seqs or the token budget share one cost model."""
         rate = self.memo.get((kind, top))
         if rate is None:
-            seconds = self.decode_step_s if kind == "decode" else self.prefill_floor_s
+            seconds = self.decode_floor_s if kind == "decode" else self.prefill_floor_s
             rate = self.memo[(kind, top)] = best_rate(grid(top), seconds)
         return rate
 
     def decode_step_s(self, batch: int) -> float:
         """A decode-only step of `batch` sequences at the least context (one token each)."""
         return float(self.cost.decode_seconds(batch, batch, 0))
+
+    def decode_floor_s(self, tokens: int) -> float:
+        """g(b): a step of `tokens` decode tokens without their attention: the GEMMs (no logits),
+        elementwise kernels and the lesser of the decode-only and mixed fixed costs, for one sequence."""
+        if self.cost.mode == "unit":
+            return self.cost.unit_step_s
+        gc, gm, _, _ = self.cost.gemm_part(tokens, 0, 1)
+        fixed = min(sum(self.cost.fixed_seconds(tokens, 1, decode_only=d)) for d in (True, False))
+        return max(gc, gm) + self.cost.elementwise_part(tokens)[0] + fixed
+
+    def context_s(self) -> float:
+        """m1: seconds of memory traffic per context position a decoding sequence attends (its KV
+        cache and scores), the same coefficient decode and mixed steps are priced with."""
+        return float(self.cost.decode_coefficients(1)[3])
 
     def prefill_floor_s(self, tokens: int) -> float:
         """A step computing `tokens` prompt tokens with no attention, no logits and one sequence."""
@@ -204,9 +228,10 @@ def _throughput(setup, model: BoundModel, demand: Traffic, objectives, base: dic
         return None
     mem = setup.memory
     rates = []
-    if demand.decode_exact:
+    if demand.decode_exact and demand.mean_decodes > 0:
         batch = max(1, min(setup.workload.scheduler.max_num_seqs, mem.num_blocks // (1 + mem.seq_units)))
-        rates.append(model.best_rate("decode", batch) / demand.mean_output_tokens)
+        busy_s = demand.mean_decodes / model.best_rate("decode", batch) + model.context_s() * demand.mean_decode_context
+        rates.append(1.0 / busy_s)
     if demand.prefill_exact:
         rates.append(model.best_rate("prefill", setup.max_num_batched_tokens) / demand.mean_prompt_tokens)
     if not rates:
