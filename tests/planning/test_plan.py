@@ -84,8 +84,9 @@ def test_launch_commands_carry_the_deployment():
 
 
 GOALS = parse_objectives(["ttft_p99_ms=100"])
-UNIT_SPACE = SearchSpace(("h100-sxm", "l40s"), 8, tp=(1, 2), weights=("fp16",), kv_cache=("fp16",), engines=("vllm",),
-                         max_num_seqs=(8,), max_num_batched_tokens=(4096,))
+# 16 candidates: more than a round (ROUND_SIZE 8), so the cost bound has some to leave out.
+UNIT_SPACE = SearchSpace(("h100-sxm", "l40s"), 8, tp=(1, 2), weights=("fp16",), kv_cache=("fp16", "fp8"),
+                         engines=("vllm", "sglang"), max_num_seqs=(8,), max_num_batched_tokens=(4096,))
 
 
 def unit_plan(front_within=1.0, goals=GOALS, rate=150.0, space=UNIT_SPACE):
@@ -98,10 +99,9 @@ def test_winner_is_the_cheapest_feasible_and_the_cost_bound_keeps_it():
     full = unit_plan(front_within=math.inf)
     rows = full.frame.to_dict("records")
     feasible = [r for r in rows if r["status"] == "meets SLOs"]
-    assert len(feasible) == 4 and full.pruned["cost"] == 0  # every survivor searched to its fewest replicas
+    assert len(feasible) == 16 and full.pruned["cost"] == 0  # every survivor searched to its fewest replicas
     assert full.winner["usd_per_hour"] == min(r["usd_per_hour"] for r in feasible)
     assert (full.winner["gpu"], full.winner["tp"]) == ("l40s", 1) and full.winner["replicas"] >= 2
-    assert full.winner["replicas"] - 1 < full.winner["min_replicas"] or "misses" not in full.winner["status"]
     quick = unit_plan()
     assert quick.winner["candidate"] == full.winner["candidate"] and quick.winner["replicas"] == full.winner["replicas"]
     assert quick.pruned["cost"] >= 1 and len(quick.points) < len(full.points)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from capsim.api import apply_overrides
 from capsim.errors import CapsimError
 from capsim.planning.capacity import _Job, probe_requests
 from capsim.planning.parallel import Runner
@@ -118,6 +119,7 @@ def plan(workload, objectives: Objectives, space: SearchSpace, *, rate: float | 
         raise CapsimError("plan: no objective to plan for: give --slo (e.g. --slo ttft_p99_ms=1000 --slo tpot_p99_ms=50), "
                           "or an slo: block in the workload.")
     w, given = prepare(workload, options, check=False)
+    w = apply_overrides(w, "plan", **given)  # the bounds see what the simulations run (seed, model, ...)
     over, load = _target(w, rate, users)
     if "requests" not in given:
         w = w.model_copy(update={"duration_s": None, "requests": probe_requests(over, load)})
@@ -133,7 +135,7 @@ def plan(workload, objectives: Objectives, space: SearchSpace, *, rate: float | 
     rows = summarise_rows(bounds, {s.index: s for s in searches}, objectives, over, load)
     frame = pd.DataFrame(rows)
     pruned = {k: sum(b.pruned_by == k for b in bounds) for k in PRUNE_REASONS}
-    pruned["cost"] = sum(s.dropped for s in searches)
+    pruned["cost"] = sum(s.dropped and not s.tried for s in searches)  # never simulated
     feasible = [r for r in rows if r["status"] == "meets SLOs"]
     winner = min(feasible, key=order) if feasible else None
     closest = None if winner else _closest(rows)

@@ -189,7 +189,7 @@ def explain(result) -> list[str]:
     pruned = ", ".join(f"{n} by {k}" for k, n in result.pruned.items() if n and k != "cost") or "none"
     simulated = [r for r in rows if r.get("simulations")]
     lines = [f"{len(rows)} candidates; pruned by bounds: {pruned}; {len(simulated)} simulated in {len(result.points)} "
-             f"runs; {result.pruned.get('cost', 0)} left by the cost bound."]
+             f"runs; {result.pruned.get('cost', 0)} never simulated (the cost bound)."]
     win = result.winner
     if win is None:
         c = result.closest

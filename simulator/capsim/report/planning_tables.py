@@ -307,7 +307,7 @@ def winner_view(result) -> tuple[list[str], list[list[str]], list[str]]:
     caption = [f"{result.workload} ({result.model}) at {load} under {goals}; at most {result.budget_gpus} GPUs",
                f"{len(result.frame)} candidates; pruned by bounds without simulation: "
                + (", ".join(f"{n} by {k}" for k, n in result.pruned.items() if n and k != "cost") or "none")
-               + f"; not simulated further by the cost bound: {result.pruned.get('cost', 0)}; "
+               + f"; never simulated by the cost bound: {result.pruned.get('cost', 0)}; "
                f"{len(result.points)} simulations of one replica at its share of the load"]
     r = result.winner or result.closest
     if r is None:
