@@ -207,7 +207,8 @@ def explain(result) -> list[str]:
                  f"{_money(win['usd_per_hour'])}/hour: the cheapest of {len(feasible)} deployments found meeting "
                  f"every SLO. Its tightest objective, {win['binding']}, is at {100 * win['binding_ratio']:.0f}% of its limit.")
     if win.get("one_fewer"):
-        lines.append(f"With {win['replicas'] - 1} replicas: {win['one_fewer']}.")
+        fewer = win["replicas"] - 1
+        lines.append(f"With {fewer} replica{'s' if fewer > 1 else ''}: {win['one_fewer']}.")
     if len(feasible) > 1:
         r = feasible[1]
         lines.append(f"Runner-up: {_label(r)} x {r['replicas']} = {r['gpus']} GPUs at {_money(r['usd_per_hour'])}/hour "

@@ -227,7 +227,8 @@ def plan_figure(frame: pd.DataFrame, front: pd.DataFrame, winner: dict | None, t
         flag = "on_gpu_front" if x == "tokens_per_s_per_gpu" else "on_cost_front"
         if not front.empty:
             line = front[front[flag]].sort_values(x)
-            ax.step(line[x], line["tokens_per_s_per_user"], where="post", color="black", lw=1, label="Pareto front")
+            ax.step(line[x], line["tokens_per_s_per_user"], where="post", color="black", lw=1, marker="D",
+                    markerfacecolor="none", label="Pareto front")
         if winner is not None:
             ax.scatter([winner[x]], [winner["tokens_per_s_per_user"]], s=160, facecolors="none", edgecolors="red",
                        label="cheapest meeting the SLOs")
