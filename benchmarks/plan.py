@@ -73,7 +73,7 @@ def measure(goals, model: str, rate: float, workers: int | None) -> list[tuple[s
     return [
         ("candidate deployments", f"{n}"),
         ("pruned by bounds (no simulation)", f"{by_bounds} ({100 * by_bounds / n:.1f}%): "
-                                             + ", ".join(f"{k} {v}" for k, v in res.pruned.items() if k != "cost" and v)),
+                                             + (", ".join(f"{k} {v}" for k, v in res.pruned.items() if k != "cost" and v) or "none")),
         ("never simulated: the cost bound", f"{res.pruned['cost']}"),
         ("candidates simulated", f"{simulated} ({100 * simulated / n:.1f}%)"),
         ("simulations (one replica, 2,000-request window)", f"{sims}"),

@@ -23,7 +23,8 @@ def plan(
     weights: Annotated[Optional[list[str]], typer.Option(help="weight formats to try (repeatable; default bf16 fp8)")] = None,
     kv_cache: Annotated[Optional[list[str]], typer.Option("--kv-cache", help="KV-cache formats to try (repeatable; "
                                                           "default fp16 fp8)")] = None,
-    engine: Annotated[Optional[list[str]], typer.Option(help="serving engines to try (repeatable; default vllm)")] = None,
+    engine: Annotated[Optional[list[str]], typer.Option(help="serving engines to try (repeatable; default vllm; "
+                                                        "see `capsim engines`)")] = None,
     max_num_seqs: Annotated[Optional[list[int]], typer.Option(help="max_num_seqs values to try (repeatable; "
                                                               "default 64 256)")] = None,
     max_num_batched_tokens: Annotated[Optional[list[int]], typer.Option(help="token budgets per step to try (repeatable; "

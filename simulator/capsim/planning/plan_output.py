@@ -213,15 +213,23 @@ def explain(result) -> list[str]:
         r = feasible[1]
         lines.append(f"Runner-up: {_label(r)} x {r['replicas']} = {r['gpus']} GPUs at {_money(r['usd_per_hour'])}/hour "
                      f"({_money(_diff(r, win))}/hour more).")
-    cheaper = [r for r in simulated if r.get("status") != "meets SLOs" and r.get("binding")
-               and r.get("usd_per_hour") is not None and win["usd_per_hour"] is not None
-               and r["usd_per_hour"] < win["usd_per_hour"]]
-    if cheaper:
-        r = min(cheaper, key=lambda r: (r["binding_ratio"], r["candidate"]))
-        need = 100 * (1 - 1 / r["binding_ratio"]) if math.isfinite(r["binding_ratio"]) else math.inf
-        lines.append(f"Nearest cheaper miss: {_label(r)} x {r['replicas']} at {_money(r['usd_per_hour'])}/hour would "
-                     f"need {r['binding']} {need:.0f}% lower ({r['slo_failures']}).")
+    near = [r for r in simulated if r.get("status") != "meets SLOs" and r.get("usd_per_hour") is not None
+            and win["usd_per_hour"] is not None and r["usd_per_hour"] <= win["usd_per_hour"]]
+    if near:
+        r = min(near, key=lambda r: (r["binding_ratio"], r["candidate"]))
+        lines.append(f"Nearest miss at no higher cost: {_label(r)} x {r['replicas']} at {_money(r['usd_per_hour'])}/hour "
+                     f"{_needs(r)} ({r['slo_failures']}).")
     return lines
+
+
+def _needs(row: dict) -> str:
+    """What a missing candidate would need: its binding objective so much lower, or to stop saturating."""
+    ratio = row["binding_ratio"]
+    if row["binding"] == "saturation" or not math.isfinite(ratio):
+        return "saturates: it would need more throughput"
+    if row["binding"] == "good_share":
+        return f"would need {100 * (ratio - 1):.0f}% more of its requests meeting the goodput thresholds"
+    return f"would need {row['binding']} {100 * (1 - 1 / ratio):.1f}% lower"
 
 
 def order(row: dict) -> tuple:
