@@ -115,7 +115,11 @@ def test_winner_is_the_cheapest_feasible_and_the_cost_bound_keeps_it():
 
 def test_no_candidate_meets_is_a_verdict_with_the_closest():
     # E2E latency has no bound: every survivor is simulated, and a 10-step request cannot finish in 50 ms.
-    res = unit_plan(goals=parse_objectives(["e2el_p99_ms=50"]), rate=40.0, space=SearchSpace(("l40s",), 2, tp=(1,)))
+    calls = []
+    res = plan(unit_workload("l40s"), parse_objectives(["e2el_p99_ms=50"]), SearchSpace(("l40s",), 2, tp=(1,)),
+               rate=40.0, workers=1, requests=400, progress=lambda done, total: calls.append((done, total)))
+    assert calls and all(d <= t for d, t in calls) and calls[-1][0] == len(res.points)
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
     assert res.winner is None and res.launch is None and res.front.empty
     assert res.closest is not None and res.closest["binding"] == "p99_e2el_ms" and res.closest["binding_ratio"] > 1
     assert "No deployment meets every SLO" in " ".join(res.explain)

@@ -194,7 +194,10 @@ def _search(job, runner, searches: list[ReplicaSearch], over: str, load: float, 
             n = s.propose()
             combo = s.bounds.candidate.overrides() | {"combination": s.index}
             jobs.append((s, n, combo))
-        tick = None if progress is None else (lambda i, total: progress(len(points) + i, len(points) + len(active)))
+        # capacity's _Job.run reports (simulations so far, so far + this round's); the total shown
+        # counts one more simulation for every candidate still searching.
+        extra = len(active) - len(jobs)
+        tick = None if progress is None else (lambda done, total: progress(done, total + extra))
         records = job.run(runner, [(c, replica_load(over, load, n), f"{n} replicas") for _, n, c in jobs], points, tick)
         for (s, n, _), rec in zip(jobs, records):
             s.observe(n, rec)
