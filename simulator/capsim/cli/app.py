@@ -10,7 +10,7 @@ import gc
 import typer
 from rich.text import Text
 
-from capsim.cli import calibrate, catalog, planning, plot, reference, run
+from capsim.cli import calibrate, catalog, plan, planning, plot, reference, run
 from capsim.cli.common import err
 from capsim.errors import CapsimError, quote
 
@@ -24,7 +24,7 @@ app = typer.Typer(
 )
 # In the order `capsim --help` lists them.
 for _command in (run.run, reference.tables, catalog.gpus, catalog.models, catalog.schema, planning.compare,
-                 planning.sweep, planning.capacity, plot.plot, calibrate.calibrate, reference.validate,
+                 planning.sweep, planning.capacity, plan.plan, plot.plot, calibrate.calibrate, reference.validate,
                  catalog.engines):
     app.command()(_command)
 

@@ -226,3 +226,39 @@ def _plot_saved(directory: Path, out_dir: Path, objectives: Objectives | None) -
 
 def _goals(given: Objectives | None, meta: dict) -> Objectives:
     return given if given is not None and not given.empty else from_dict(meta.get("objectives"))
+
+
+def plan_figure(frame: pd.DataFrame, front: pd.DataFrame, winner: dict | None, title: str) -> Figure:
+    """Output tokens/s per user against tokens/s per GPU (left) and against $ per 1M output tokens
+    (right): every simulated deployment (meeting the SLOs: by GPU; missing them: grey x), the Pareto
+    fronts as steps, the winner circled."""
+    fig, (left, right) = _figure("Plan: deployments simulated at the target load", title, ncols=2, width=12)
+    sim = frame[frame["tokens_per_s_per_user"].notna()] if "tokens_per_s_per_user" in frame else frame.iloc[:0]
+    ok = sim[sim["status"] == "meets SLOs"]
+    miss = sim[sim["status"] != "meets SLOs"]
+    for ax, x, name in ((left, "tokens_per_s_per_gpu", "output tokens/s per GPU"),
+                        (right, "usd_per_m_output_tokens", "$ per 1M output tokens")):
+        ax.scatter(miss[x], miss["tokens_per_s_per_user"], marker="x", color="0.6", label="misses an SLO")
+        for gpu, mine in ok.groupby("gpu", sort=True):
+            ax.scatter(mine[x], mine["tokens_per_s_per_user"], label=f"{gpu} (meets SLOs)")
+        flag = "on_gpu_front" if x == "tokens_per_s_per_gpu" else "on_cost_front"
+        if not front.empty:
+            line = front[front[flag]].sort_values(x)
+            ax.step(line[x], line["tokens_per_s_per_user"], where="post", color="black", lw=1, marker="D",
+                    markerfacecolor="none", label="Pareto front")
+        if winner is not None:
+            ax.scatter([winner[x]], [winner["tokens_per_s_per_user"]], s=160, facecolors="none", edgecolors="red",
+                       label="cheapest meeting the SLOs")
+        ax.set_xlabel(name)
+        ax.set_ylabel("output tokens/s per user (1,000 / mean TPOT)")
+        ax.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    return fig
+
+
+def plot_plan(result, out_dir: Path) -> list[Path]:
+    """plan.png/.svg for a capsim.planning.plan.PlanResult."""
+    load = result.target["load"]
+    unit = "requests/s" if result.target["over"] == "rate_per_s" else "users"
+    title = f"{result.workload} ({result.model}) at {load:g} {unit}; " + "; ".join(result.objectives.describe())
+    return save(plan_figure(result.frame, result.front, result.winner, title), Path(out_dir), "plan")

@@ -256,3 +256,93 @@ def progress(console, label: str, auto_refresh: bool = True):
                   TimeRemainingColumn(), console=console, transient=True, auto_refresh=auto_refresh) as bar:
         task = bar.add_task(label, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total, refresh=not auto_refresh)
+
+
+def plan_report(console, result, fmt: str, explain: bool) -> None:
+    """`capsim plan`'s output: the verdict (the winner with its metrics and launch commands, or the
+    closest candidate and what binds), the pruning counts, the Pareto front and with `explain` the
+    reasons; csv: every candidate's row; json: the verdict as plan.json holds it."""
+    import sys
+
+    from capsim.planning.plan_output import FIRST, plan_meta
+    from capsim.planning.sweep import order_columns
+
+    if fmt == "csv":
+        sys.stdout.write(order_columns(result.frame, list(FIRST)).to_csv(index=False))
+        return
+    if fmt == "json":
+        sys.stdout.write(json.dumps(plan_meta(result), indent=2) + "\n")
+        return
+    lines = plan_lines(result, explain)
+    views = [("Plan: the cheapest deployment meeting every SLO", winner_view(result))]
+    if not result.front.empty:
+        views.append(("Pareto front: output tokens/s per user against tokens/s per GPU and $ per 1M output tokens",
+                      front_view(result.front)))
+    for heading, view in views:
+        if fmt == "markdown":
+            sys.stdout.write(f"**{heading}**\n\n" + text(view) + "\n")
+        else:
+            console.print(rich(heading, view))
+    for line in lines:
+        console.print(line, highlight=False, soft_wrap=True)
+
+
+def plan_lines(result, explain: bool) -> list[str]:
+    """The launch commands and (with explain) the reasons, one line each."""
+    lines = []
+    if result.launch:
+        n = result.winner["replicas"]
+        lines.append(f"Launch {n} replica{'s' if n > 1 else ''}, each with one of (behind a round-robin router):")
+        lines += [f"  {cmd}" for cmd in result.launch.values()]
+    if explain or result.winner is None:
+        lines += result.explain
+    return lines
+
+
+def winner_view(result) -> tuple[list[str], list[list[str]], list[str]]:
+    """Key / value rows of the winner (or the closest candidate), with its simulated metrics."""
+    target = result.target
+    load = f"{target['load']:g} requests/s" if target["over"] == "rate_per_s" else f"{target['load']:g} users"
+    goals = "; ".join(result.objectives.describe())
+    caption = [f"{result.workload} ({result.model}) at {load} under {goals}; at most {result.budget_gpus} GPUs",
+               f"{len(result.frame)} candidates; pruned by bounds without simulation: "
+               + (", ".join(f"{n} by {k}" for k, n in result.pruned.items() if n and k != "cost") or "none")
+               + f"; never simulated by the cost bound: {result.pruned.get('cost', 0)}; "
+               f"{len(result.points)} simulations of one replica at its share of the load"]
+    r = result.winner or result.closest
+    if r is None:
+        return ["field", "value"], [["verdict", "no candidate"]], caption
+    verdict = "meets every SLO" if result.winner else "NO deployment meets every SLO: closest candidate"
+    rows = [["verdict", verdict],
+            ["deployment", f"{r['gpu']} TP{r['tp']}, {r['weights']} weights, {r['kv_cache']} KV, {r['engine']}"],
+            ["batch limits", f"max_num_seqs {r['max_num_seqs']}, max_num_batched_tokens {r['max_num_batched_tokens']}"]]
+    if missing(r.get("replicas")):
+        return ["field", "value"], rows + [["ruled out", f"{r['pruned_by']}: {r['reason']}"]], caption
+    rows += [["replicas x GPUs", f"{int(r['replicas'])} x {r['tp']} = {int(r['gpus'])} GPUs"],
+             ["$ per hour", num(r, "usd_per_hour", 2, prefix="$")],
+             ["$ per 1M output tokens", num(r, "usd_per_m_output_tokens", 3, prefix="$")],
+             ["per replica", f"{figure(r['replica_load'])} {'requests/s' if target['over'] == 'rate_per_s' else 'users'}"],
+             ["TTFT p50 / p99 ms", pair(r, "median_ttft_ms", "p99_ttft_ms")],
+             ["TPOT p50 / p99 ms", pair(r, "median_tpot_ms", "p99_tpot_ms")],
+             ["output tokens/s per user", num(r, "tokens_per_s_per_user")],
+             ["output tokens/s per GPU", num(r, "tokens_per_s_per_gpu")],
+             ["tightest objective", f"{r['binding']} at {100 * r['binding_ratio']:.0f}% of its limit"]]
+    if not result.winner:
+        rows.append(["misses", str(r.get("slo_failures") or "")])
+    return ["field", "value"], rows, caption
+
+
+def front_view(front: pd.DataFrame) -> tuple[list[str], list[list[str]], list[str]]:
+    columns = ["#", "gpu", "TP", "weights/KV", "engine", "seqs", "batch", "replicas", "GPUs", "$/hour", "$/1M out",
+               "tok/s/user", "tok/s/GPU", "front"]
+    rows = []
+    for r in front.to_dict("records"):
+        fronts = "/".join(name for name, on in (("GPU", r["on_gpu_front"]), ("cost", r["on_cost_front"])) if on)
+        rows.append([str(r["candidate"]), r["gpu"], str(r["tp"]), f"{r['weights']}/{r['kv_cache']}", r["engine"],
+                     str(r["max_num_seqs"]), str(r["max_num_batched_tokens"]), str(int(r["replicas"])),
+                     str(int(r["gpus"])), num(r, "usd_per_hour", 2), num(r, "usd_per_m_output_tokens", 3),
+                     num(r, "tokens_per_s_per_user"), num(r, "tokens_per_s_per_gpu"), fronts])
+    caption = ["front GPU: no other deployment meeting the SLOs has more tokens/s per user and per GPU; "
+               "front cost: none has more tokens/s per user at a lower $ per 1M output tokens",
+               "tokens/s per user: 1,000 / mean TPOT; per GPU: one replica's output tokens/s / its GPUs"]
+    return columns, rows, caption

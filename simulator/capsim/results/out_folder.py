@@ -37,12 +37,12 @@ _LEGACY = {
     "capacity": ("capacity.json", "capacity.csv", "capacity_points.csv", "runs.csv"),
     "validate": ("validation.json", "validation.csv"),
 }
-KINDS = (*_LEGACY, "calibrate", "plots")
+KINDS = (*_LEGACY, "calibrate", "plan", "plots")
 
 
 class OutputFolder:
     """`path`, to be written by the command `kind` (run, sweep, compare, capacity, validate,
-    calibrate, plots). Made before the work starts, so that a folder that cannot be replaced is
+    calibrate, plan, plots). Made before the work starts, so that a folder that cannot be replaced is
     refused at once; `writing()` then gives the folder to write into."""
 
     def __init__(self, path: Path | str, kind: str, option: str = "--out") -> None:
