@@ -30,7 +30,7 @@ def test_every_command_takes_the_same_set_up_flags():
     run = _flags("run")
     for option in SETUP_OPTIONS:
         assert option.name in run, option.name
-    for command in ("compare", "sweep", "capacity"):
+    for command in ("compare", "sweep", "capacity", "plan"):
         flags = _flags(command)
         for option in SETUP_OPTIONS:
             if command != "compare" and option.name in LOAD_AXES:

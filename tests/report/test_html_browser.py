@@ -80,3 +80,17 @@ def test_planning_reports_draw_in_a_browser(priced_gpu_file, tmp_path):
     compared = compare(path, kv_cache=["fp16", "fp8"], objectives=goals, workers=1, price=None)
     dom = check_in_browser(write_report(tmp_path / "compare.html", compared), tmp_path, charts=2, height=1400)
     assert "Pareto front" in dom
+
+
+def test_plan_report_draws_in_a_browser(tmp_path):
+    from capsim.planning.plan import plan
+    from capsim.planning.plan_space import SearchSpace
+    from helpers import unit_workload, write_workload
+
+    path = write_workload(tmp_path / "unit.yaml", unit_workload("l40s", requests=40))
+    space = SearchSpace(("l40s", "h100-sxm"), 4, tp=(1,), weights=("fp16",), kv_cache=("fp16",), engines=("vllm",),
+                        max_num_seqs=(8,), max_num_batched_tokens=(4096,))
+    res = plan(path, Objectives({"p99_ttft_ms": 100.0}), space, rate=150.0, workers=1, front_within=5.0, requests=400)
+    assert res.winner is not None
+    dom = check_in_browser(write_report(tmp_path / "plan.html", res), tmp_path, charts=2, height=1800)
+    assert "meets every SLO" in dom and "vllm serve tiny" in dom and "Pareto front" in dom

@@ -1,8 +1,8 @@
 """`--report report.html`: the HTML report of a run, sweep, compare or capacity search, built from
 the same result objects the console tables and the PNG figures read.
 
-`write_report(path, result)` takes a RunResult, SeedsResult, SweepResult, CompareResult or
-CapacityResult and writes one self-contained page (html_page): the set-up, the verdict, the
+`write_report(path, result)` takes a RunResult, SeedsResult, SweepResult, CompareResult,
+CapacityResult or PlanResult (its page: capsim.report.html_plan) and writes one self-contained page (html_page): the set-up, the verdict, the
 result table and the interactive charts (html_charts).
 """
 
@@ -14,10 +14,12 @@ import numpy as np
 import pandas as pd
 
 from capsim.planning.capacity import CapacityResult
+from capsim.planning.plan import PlanResult
 from capsim.planning.seeds import SeedsResult
 from capsim.planning.sweep import CompareResult, SweepResult
 from capsim.report import html_charts as charts
 from capsim.report.console import result_block
+from capsim.report.html_plan import plan_page
 from capsim.report.html_page import Section, items, key_values, page, text, verdict_badge, view_table, write_page
 from capsim.report.planning_tables import capacity_view, compare_view, seeds_view, sweep_view
 from capsim.report.run_figures import setup_title
@@ -46,6 +48,8 @@ def report_html(result, objectives: Objectives | None = None) -> str:
         return compare_page(result)
     if isinstance(result, CapacityResult):
         return capacity_page(result)
+    if isinstance(result, PlanResult):
+        return plan_page(result)
     return run_page(result, objectives)
 
 
