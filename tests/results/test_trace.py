@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from capsim.api import simulate
 from capsim.results.trace import TraceLimits
-from helpers import run_main, unit_workload, workload, write_workload
+from helpers import REPO, run_main, unit_workload, workload, write_workload
 
 PASSES = ("prefill pass", "decode pass", "mixed pass")
 PHASES = ("queued", "prefill", "decode")
@@ -223,3 +223,14 @@ def test_step_parts_are_read_as_far_as_the_limits_need():
     assert (steps.start_us / 1e6).tolist() == [0.0, 1.0, 2.0, 0.5] and not steps.truncated
     steps = read_steps(iter(parts), 3, None, replicas=2)
     assert len(steps.start_us) == 3 and steps.truncated and steps.horizon_us == 3e6
+
+
+def test_disaggregated_replicas_are_named_by_pool(tmp_path):
+    run = simulate(REPO / "workloads" / "disaggregated.yaml", requests=60)
+    run.write_trace(tmp_path / "t.json")
+    names = {e["args"]["name"] for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+             if e.get("name") == "process_name"}
+    pools = run.summary["disaggregated"]
+    prefill, decode = (len(pools[p]["busy_share_per_replica"]) for p in ("prefill", "decode"))
+    assert {f"prefill replica {k}" for k in range(prefill)} <= names and "decode replica 0" in names
+    assert not any(n.startswith("replica ") for n in names) and decode >= 1

@@ -81,7 +81,7 @@ def trace_events(summary: dict, requests: Mapping[str, Column], step_parts: Iter
     # Grouped by kind, not sorted by time: the viewers sort; a request's slice comes before the
     # phases it holds, so a viewer that keeps the order of equal times nests them right.
     events = steps.events(cut_us, _kv_name(setup)) + [_json(e) for e in req.events(cut_us)]
-    meta = [_json(e) for e in _metadata(steps, req, cut_us)]
+    meta = [_json(e) for e in _metadata(steps, req, cut_us, _pool_names(summary))]
     other = {"capsim": "run trace", "workload": setup.get("workload"), "time_unit": "whole microseconds of simulated time",
              "events": len(events), "passes": steps.count_before(cut_us), "passes_in_run": summary.get("num_steps"),
              "requests": req.count_before(cut_us), "requests_in_run": summary.get("arrived"),
@@ -116,12 +116,26 @@ def _kv_name(setup: dict) -> str:
     return f"KV used (blocks of {setup.get('num_gpu_blocks', '?')})"
 
 
-def _metadata(steps: StepRows, req: _Requests, cut_us: float | None) -> list[dict]:
-    """Names and order of the processes (replicas) and threads (passes, rejected, slots)."""
+def _pool_names(summary: dict) -> dict[int, str]:
+    """A disaggregated run's replicas by pool (the prefill pool's come first in the engine):
+    replica -> "prefill replica k" or "decode replica k"; empty for any other run."""
+    pools = summary.get("disaggregated")
+    if not pools:
+        return {}
+    prefill = len(pools["prefill"]["busy_share_per_replica"])
+    decode = len(pools["decode"]["busy_share_per_replica"])
+    names = {r: f"prefill replica {r}" for r in range(prefill)}
+    return names | {prefill + k: f"decode replica {k}" for k in range(decode)}
+
+
+def _metadata(steps: StepRows, req: _Requests, cut_us: float | None, names: dict[int, str]) -> list[dict]:
+    """Names and order of the processes (replicas, named by pool when disaggregated) and threads
+    (passes, rejected, slots)."""
     meta = []
     for replica in sorted(set(steps.replicas()) | set(req.replicas())):
         pid = replica + 1
-        meta += [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"replica {replica}"}},
+        name = names.get(replica, f"replica {replica}")
+        meta += [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}},
                  {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": replica}},
                  {"ph": "M", "name": "thread_name", "pid": pid, "tid": 0, "args": {"name": "forward passes"}}]
         if req.rejections(replica, cut_us):
