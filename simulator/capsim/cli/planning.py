@@ -43,7 +43,7 @@ def compare(
     rate = (setup or {}).get("rate")
     goals, prices = _goals(job.workload, slo, goodput_share), _prices(price_per_hour)
     outputs = _outputs("compare", out_dir, plots)
-    check_report(report)
+    check_report(report, out_dir, plots)
     _dask_warning(dask_scheduler)
     with _progress("compare") as tick:
         if at_capacity:
@@ -88,7 +88,7 @@ def sweep(
                        load={"rate": rates[0]} if rates is not None else {"users": counts[0]})
     goals, prices = _goals(job.workload, slo, goodput_share), _prices(price_per_hour)
     outputs = _outputs("sweep", out_dir, plots or out_dir)
-    check_report(report)
+    check_report(report, out_dir, plots)
     _dask_warning(dask_scheduler)
     with _progress("sweep") as tick:
         res = run_sweep(job.workload, rates=rates, users=counts, think_time_s=(setup or {}).get("think_time_s"),
@@ -128,7 +128,7 @@ def capacity(
     grid = job.grid
     goals, prices = _goals(job.workload, slo, goodput_share), _prices(price_per_hour)
     outputs = _outputs("capacity", out_dir, plots)
-    check_report(report)
+    check_report(report, out_dir, plots)
     _dask_warning(dask_scheduler)
     with _progress("capacity search") as tick:
         res = run_capacity(job.workload, goals, users=users, start=start, tolerance=tolerance,
