@@ -257,6 +257,7 @@ class Workload:
     overrides: dict  # run overrides (capsim.api.OVERRIDABLE names), the given ones only
     label: str  # how progress bars name it
     grid: dict  # the repeated options a planning command varies, name -> values
+    command: str = ""  # the file and set-up flags as a next command repeats them (next_command_source)
 
 
 def workload_for(path: Path | None, setup: dict, slo: list[str] | None = None, share: float | None = None,
@@ -281,9 +282,10 @@ def workload_for(path: Path | None, setup: dict, slo: list[str] | None = None, s
         # The planning tables label a compared model by the name given, which a spec object is not.
         raise CapsimError("--model: a Hugging Face config.json can be the one model of a comparison, not one of "
                           "several; compare catalogue names, or run each config on its own.")
+    command = next_command_source(path, given)
     if path is not None and not new and not hf_model:
         _check_names(path, overrides, tuple(axes))
-        return Workload(path, overrides, path.name, axes)
+        return Workload(path, overrides, path.name, axes, command)
     base, source = None, "the command-line workload"
     if path is not None:
         from capsim.api import load_workload
@@ -303,7 +305,29 @@ def workload_for(path: Path | None, setup: dict, slo: list[str] | None = None, s
     # read a given request count as "keep this length" (capacity probes otherwise size their own).
     # A composed config holds each option given once, so only options repeated are varied.
     return Workload(w, {k: v for k, v in overrides.items() if k == "requests"}, w.name or "command-line",
-                    {k: v for k, v in axes.items() if len(v) > 1})
+                    {k: v for k, v in axes.items() if len(v) > 1}, command)
+
+
+def next_command_source(path: Path | None, given: dict) -> str:
+    """The workload as a next-step command (`capsim capacity ...`) names it: the file, then every
+    set-up flag given, shell-quoted, less --rate and --users (the load a capacity search varies);
+    without a file the flags alone say it all, so the command runs as printed."""
+    import shlex
+
+    from capsim.errors import short_path
+
+    words = [short_path(path)] if path is not None else []
+    for option in SETUP_OPTIONS:
+        value = given.get(option.name)
+        if value is None or option.name in ("rate", "users"):
+            continue
+        if option.kind is bool:
+            on, _, off = option.decls[0].partition("/")
+            words.append(on if value else off)
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            words += [option.decls[0], f"{item:g}" if isinstance(item, float) else str(item)]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def _model(name: str):

@@ -75,7 +75,7 @@ def run(
                           report, files)
     with _progress(f"{job.label}, requests finished", auto_refresh=False) as tick:
         result = simulate(job.workload, macro_steps=not step_by_step, progress=tick, objectives=goals, percentiles=qs,
-                          price=prices, **job.overrides)
+                          price=prices, command_source=job.command, **job.overrides)
     _notices(result.summary)
     if as_json:
         sys.stdout.write(result.summary_json(provenance=True))
@@ -154,7 +154,7 @@ def _save_workload(job: Workload, path: Path) -> Workload:
         tmp.unlink(missing_ok=True)
         raise CapsimError(f"--save-workload {short_path(path)}: cannot write it ({exc.strerror or exc}).") from None
     _wrote([path])
-    return Workload(path, {}, path.name, {})
+    return Workload(path, {}, path.name, {}, short_path(path))
 
 
 def _run_seeds(job, seeds, workers, dask_scheduler, outputs, as_json, step_by_step, goals, prices, qs,
@@ -165,7 +165,8 @@ def _run_seeds(job, seeds, workers, dask_scheduler, outputs, as_json, step_by_st
     _dask_warning(dask_scheduler)
     with _progress(f"{seeds} seeds") as tick:
         res = run_seeds(job.workload, seeds, workers=workers, dask_scheduler=dask_scheduler, progress=tick,
-                        objectives=goals, price=prices, percentiles=qs, macro_steps=not step_by_step, **job.overrides)
+                        objectives=goals, price=prices, percentiles=qs, macro_steps=not step_by_step,
+                        command_source=job.command, **job.overrides)
     _notices(res.first.summary)
     if as_json:
         sys.stdout.write(frame_json(res.table, {"seeds": res.runs["seed"].tolist()}))
