@@ -274,14 +274,12 @@ def workload_for(path: Path | None, setup: dict, slo: list[str] | None = None, s
     if load is not None:  # a command that varies the load applies the think time to each point itself
         given.pop("think_time_s", None)
     single = {k: (v[0] if k in grid else v) for k, v in given.items()}
-    hf_model = str(single.get("model", "")).endswith(".json")
     new = [o.name for o in SETUP_OPTIONS if o.new and o.name in given]
     overrides = {k: v for k, v in single.items() if k in OVERRIDABLE and k not in grid}
     axes = {k: v for k, v in given.items() if k in grid}
-    if len(axes.get("model", ())) > 1 and any(str(m).endswith(".json") for m in axes["model"]):
-        # The planning tables label a compared model by the name given, which a spec object is not.
-        raise CapsimError("--model: a Hugging Face config.json can be the one model of a comparison, not one of "
-                          "several; compare catalogue names, or run each config on its own.")
+    hf_model = str(single.get("model", "")).endswith(".json") and len(axes.get("model", ())) < 2
+    # Several compared models stay as given (a config.json as its path, which capsim.spec.catalog.
+    # load_model reads in each task); one config.json is read here and written into the config.
     command = next_command_source(path, given)
     if path is not None and not new and not hf_model:
         _check_names(path, overrides, tuple(axes))
