@@ -449,3 +449,12 @@ def test_two_file_options_on_one_path_are_refused(tmp_path):
     clean_error(run_main(*FLAG_RUN, "--report", same, "--save-workload", same), "--save-workload", "the same path")
     clean_error(run_main(*FLAG_RUN, "--report", same, "--trace", same), "--trace", "the same file as --report")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_capacitys_users_switch_and_think_time_say_how_they_are_used():
+    flags = ("--model", "llama-3.1-8b", "--gpu", "rtx4090", "--requests", "20", "--prompt-tokens", "100",
+             "--output-tokens", "20", "--slo", "ttft_p99_ms=500")
+    clean_error(run_main("capacity", *flags, "--users", "64"), "--users 64: capacity's --users is a switch",
+                "--start 64")
+    clean_error(run_main("capacity", *flags, "--think-time-s", "1"), "--think-time-s: the search varies the request "
+                "rate", "add --users")
