@@ -388,3 +388,73 @@ def test_users_that_could_only_resend_rejected_requests_for_ever_are_refused(tmp
     path = tmp_path / "w.yaml"
     path.write_text(yaml.safe_dump(w))
     clean_error(run_main("run", path), "every request is at least 1,100 tokens", "max_model_len 1,000")
+
+
+# ---------------------------------------------------------------- runs without a file, and their output files
+
+FLAG_RUN = ("run", "--model", "llama-3.1-8b", "--gpu", "rtx4090", "--requests", "20", "--prompt-tokens", "100",
+            "--output-tokens", "20", "--rate", "5")
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (("--output-tokens", "lognormal:"), ["--output-tokens 'lognormal:': not a length distribution", "allowed: N"]),
+    (("--output-tokens", "uniform:5:1"), ["max must be >= min"]),
+    (("--output-tokens", "nan"), ["--output-tokens 'nan'"]),
+    (("--output-tokens", "lognormal:1e309:1"), ["mean: Input should be a finite number"]),
+    (("--prompt-tokens", "-5"), ["--prompt-tokens '-5'"]),
+    (("--prompt-tokens", "99999999999999"), ["less than or equal to 1000000000"]),
+    (("--users", "10"), ["--rate: the arrivals are 'closed_loop'"]),
+    (("--think-time-s", "3"), ["--think-time-s: the arrivals are 'poisson'"]),
+    (("--set", "schedular.kind=x"), ["field 'schedular': unknown key. Did you mean: scheduler"]),
+    (("--set", "model.x=1"), ["--set model.x: 'model' holds a value"]),
+    (("--set", "a..b=1"), ["--set 'a..b=1': give KEY=VALUE"]),
+    (("--set", "tp=!!python/object:os.system ls"), ["--set tp: not valid YAML"]),
+    (("--trace-seconds", "5"), ["--trace-seconds limits the --trace file, and no --trace was given"]),
+    (("--trace-events", "10"), ["--trace-events limits the --trace file"]),
+    (("--format", "parquet"), ["--format says what --out writes"]),
+])
+def test_bad_set_up_flags_name_the_flag(args, fragments):
+    clean_error(run_main(*FLAG_RUN, *args), *fragments)
+
+
+def _no_strays(tmp_path, before: set) -> None:
+    """Nothing written: no file or folder beyond those there before (temporary ones included)."""
+    assert {p.relative_to(tmp_path) for p in tmp_path.rglob("*")} == before
+
+
+@pytest.mark.parametrize("option", ["--report", "--trace", "--save-workload"])
+def test_file_options_that_cannot_be_written_are_refused_before_the_run(tmp_path, option):
+    """A folder, a path below a file, the --out folder itself, a file inside --out or --plots
+    (written whole), a place that cannot be written: each refused before the run, leaving nothing."""
+    pytest.importorskip("plotly") if option == "--report" else None
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "adir").mkdir()
+    before = {p.relative_to(tmp_path) for p in tmp_path.rglob("*")}
+    out = tmp_path / "out"
+    cases = [((option, tmp_path / "adir"), "is a folder"),
+             ((option, tmp_path / "afile" / "x"), "afile is a file, not a folder"),
+             ((option, "/proc/capsim/x"), "cannot write there"),
+             (("--plots", tmp_path / "figs", option, tmp_path / "figs" / "x"), "inside the output folder"),
+             (("--out", out, option, out), "the --out folder itself" if option == "--trace" else "the same path")]
+    if option != "--trace":  # a trace may sit at the --out folder's top (run_files); the others may not
+        cases.append((("--out", out, option, out / "summary.json"), "inside the output folder"))
+    for args, fragment in cases:
+        clean_error(run_main(*FLAG_RUN, *args), f"{option} ", fragment)
+        _no_strays(tmp_path, before)
+
+
+def test_two_file_options_on_one_path_are_refused(tmp_path):
+    pytest.importorskip("plotly")
+    same = tmp_path / "x.out"
+    clean_error(run_main(*FLAG_RUN, "--report", same, "--save-workload", same), "--save-workload", "the same path")
+    clean_error(run_main(*FLAG_RUN, "--report", same, "--trace", same), "--trace", "the same file as --report")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_capacitys_users_switch_and_think_time_say_how_they_are_used():
+    flags = ("--model", "llama-3.1-8b", "--gpu", "rtx4090", "--requests", "20", "--prompt-tokens", "100",
+             "--output-tokens", "20", "--slo", "ttft_p99_ms=500")
+    clean_error(run_main("capacity", *flags, "--users", "64"), "--users 64: capacity's --users is a switch",
+                "--start 64")
+    clean_error(run_main("capacity", *flags, "--think-time-s", "1"), "--think-time-s: the search varies the request "
+                "rate", "add --users")

@@ -9,8 +9,13 @@ process. Every one must end as either
   summary finite, and in every step stored KV tokens <= held <= the cache's capacity, with the
   output folder complete (its manifest written) and nothing partial left beside it.
 
-Each test draws the profile's number of examples (100 by default: about a minute for the three
-on 2 cores); `--hypothesis-profile=long` (tests/conftest.py) draws thousands.
+The same holds for runs said with set-up flags only (lengths, loads, --set, the file options
+pointed at good and bad places: an error leaves nothing written) and for Hugging Face config.json
+files (`capsim models --from`, a run on one), damaged as a user's download might be.
+
+Each test draws the profile's number of examples (100 by default: about a minute for the first
+three on 2 cores, 20 s for the other two); `--hypothesis-profile=long` (tests/conftest.py) draws
+thousands.
 """
 
 from __future__ import annotations
@@ -273,3 +278,140 @@ def test_traces_replay_cleanly_or_name_the_row_and_column(doc, trace, data):
         doc["requests"] = data.draw(st.integers(1, 30))
     with tempfile.TemporaryDirectory() as tmp:
         _check(Path(tmp), _dump(doc).encode(), extra={name: contents})
+
+
+# ---------------------------------------------------------------- set-up flags and config.json files
+
+HF_DIR = Path(__file__).resolve().parents[1] / "data" / "hf_configs"
+# A small Llama-shaped config.json, so that a flag run on it takes milliseconds.
+TINY_HF = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 1000, "max_position_embeddings": 4096}
+_valid_lengths = st.one_of(st.integers(1, 400).map(str), st.sampled_from(
+    ["uniform:5:50", "lognormal:30:0.6", "lognormal:30:0.6:1:200", "empirical:10=1,20=3", "sequence:5,9", "fixed:12"]))
+_hostile_lengths = st.one_of(
+    st.integers(-5, 0).map(str),
+    st.sampled_from(["lognormal:", "uniform:5:1", "nan", "inf", "1e309", "-0", "99999999999999", "lognormal:1e309:1",
+                     "normal:30:nan", "normal:30:5:50:10", "empirical:", "empirical:1=x", "empirical:3,5=2",
+                     "empirical:1=0,2=0", "sequence:,", "fixed:1.5", "trace", "", ":", "🙂", "x" * 300]),
+)
+_length_texts = st.one_of(_valid_lengths, _valid_lengths, _valid_lengths, _hostile_lengths)
+_numbers = st.sampled_from(["0", "-1", "1", "2.5", "nan", "inf", "1e309", "abc", "", "3", "100000000000"])
+_set_items = st.one_of(
+    st.sampled_from(["scheduler.watermark=0.02", "measure.whole_run=true", "seed=3", "schedular.kind=x", "=1", "a",
+                     "a..b=1", "model.x=1", "scheduler=5", "slo=5", "tp=[1", "tp=!!python/object:os.system ls",
+                     "tp=&a [*a]", "requests=99999999999999999999999", "arrivals.rate_per_s=.nan", "colour=red"]),
+    st.builds(lambda k, v: f"{k}={v}", st.sampled_from(["scheduler.max_num_seqs", "max_model_len", "replicas", "name"]),
+              st.sampled_from(["0", "-3", "8", "x", "1e3", "null", "[]", "{}"])),
+)
+
+
+def _rarely(draw, n: int) -> bool:
+    """True about once in n + 1 draws (sampled_from draws evenly; small integers come up more)."""
+    return draw(st.sampled_from([False] * n + [True]))
+
+
+@st.composite
+def flag_commands(draw) -> list[str]:
+    """`capsim run` with no workload file: the set-up flags (model a config.json, GPU a profile
+    file), lengths and loads from valid to hostile, conflicting load flags, --set items, and the
+    file options pointed at good and bad places ({dir} stands for the test's folder)."""
+    args = ["run", "--model", "{dir}/tiny.json", "--gpu", "{dir}/gpu.yaml", "--requests", draw(st.sampled_from(["8", "20"]))]
+    for flag in ("--prompt-tokens", "--output-tokens"):
+        if not _rarely(draw, 9):
+            args += [flag, draw(_length_texts)]
+    load = draw(st.sampled_from([["--rate", "5"], ["--users", "3", "--think-time-s", "0.2"], ["--rate", "20",
+                                 "--burstiness", "0.5"], ["--rate", "5"], ["--users", "2"], ["--rate", "50"], []]))
+    args += load
+    for flag in ("--rate", "--users", "--think-time-s", "--burstiness"):
+        if flag not in load and _rarely(draw, 11):
+            args += [flag, draw(_numbers)]
+    if _rarely(draw, 5):
+        args += ["--arrivals", draw(st.sampled_from(["poisson", "closed_loop", "trace", "gamma", "bogus"]))]
+    for item in draw(st.lists(_set_items, max_size=2)) if _rarely(draw, 2) else []:
+        args += ["--set", item]
+    out = draw(st.sampled_from([None, "{dir}/out"]))
+    if out:
+        args += ["--out", out, *draw(st.sampled_from([[], ["--steps"], ["--format", "parquet"], ["--format", "xml"]]))]
+    targets = ["{dir}/file.x", "{dir}/file.x", "{dir}/new/deeper/file.x", "{dir}", "{dir}/out",
+               "{dir}/out/summary.json", "{dir}/gpu.yaml/x", "/proc/capsim/x"]
+    for flag in ("--trace", "--save-workload"):
+        if _rarely(draw, 2):
+            args += [flag, draw(st.sampled_from(targets))]
+    if _rarely(draw, 5):
+        args += draw(st.sampled_from([["--trace-events", "0"], ["--trace-events", "5"], ["--trace-seconds", "-1"],
+                                      ["--trace-seconds", "nan"], ["--trace-seconds", "0.01"]]))
+    return args
+
+
+@FUZZ
+@given(args=flag_commands())
+def test_set_up_flags_run_cleanly_or_name_the_flag(args):
+    """Every flag-only run ends as a run with sound accounting, a one-paragraph error per problem,
+    or Typer's usage error for a value of the wrong type; an error writes nothing at all."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "tiny.json").write_text(json.dumps(TINY_HF))
+        (folder / "gpu.yaml").write_text(yaml.safe_dump(ROUND_GPU))
+        code, stdout, err = run_main(*[a.replace("{dir}", tmp) for a in args], "--json")
+        assert "Traceback" not in err and code in (0, 2), (code, err[-2000:])
+        event("clean error" if code == 2 else "run")
+        if code == 2:
+            message = err.strip()
+            if message.startswith("Usage:"):  # Typer: a number that does not parse, a value out of range
+                assert "Error: Invalid value for '--" in message, message
+            else:
+                lines = message.split("\n")
+                assert message.startswith("error: ") and len(lines) <= 21, message
+                assert all(len(line.encode()) < 1024 for line in lines), message
+                assert all("--" in line or "workload" in line or "tiny.json" in line or "gpu.yaml" in line
+                           for line in lines), message
+            assert sorted(p.name for p in folder.iterdir()) == ["gpu.yaml", "tiny.json"]
+            return
+        s = json.loads(stdout)
+        assert s["arrived"] == s["completed"] + s["rejected"] + s["unfinished"], s
+        assert _finite_numbers(s), s
+        strays = [p for p in folder.rglob("*") if ".partial-" in p.name or p.name.endswith(".tmp")]
+        assert strays == []
+
+
+@st.composite
+def hf_config_texts(draw) -> bytes:
+    """A config.json: a shipped one (or the tiny one) with up to three fields replaced by hostile
+    values, deleted or added, or a document that is not a JSON object, or cut short."""
+    names = sorted(p.name for p in HF_DIR.glob("*.json"))
+    name = draw(st.sampled_from(["tiny", *names]))
+    doc = dict(TINY_HF) if name == "tiny" else json.loads((HF_DIR / name).read_text())
+    for _ in range(draw(st.integers(0, 3))):
+        key = draw(st.sampled_from(sorted(doc) + ["layer_types", "text_config", "sliding_window_pattern"]))
+        if draw(st.integers(0, 3)) == 0:
+            doc.pop(key, None)
+        else:
+            doc[key] = copy.deepcopy(draw(_hostile_values))
+    text = json.dumps(doc)  # NaN and Infinity as Python's json writes them
+    shape = draw(st.sampled_from(["object"] * 6 + ["cut", "list", "string", "deep", "bytes"]))
+    if shape == "cut":
+        return text.encode()[:draw(st.integers(0, len(text)))]
+    if shape == "bytes":
+        return text.encode()[:20] + draw(st.binary(min_size=1, max_size=8))
+    return {"object": text, "list": "[1, 2]", "string": '"llama"', "deep": "[" * 50_000 + "]" * 50_000}[shape].encode()
+
+
+@FUZZ
+@given(config=hf_config_texts(), run=st.booleans())
+def test_config_json_files_read_cleanly_or_name_the_field(config, run):
+    """`capsim models --from` (and a short run on it) on any config.json: a table, or one clean
+    error naming the file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.json"
+        path.write_bytes(config)
+        args = (["run", "--model", path, "--gpu", "h100", "--rate", "2", "--requests", "3", "--prompt-tokens", "20",
+                 "--output-tokens", "4"] if run else ["models", "--from", path])
+        code, _, err = run_main(*args)
+        assert "Traceback" not in err and code in (0, 2), (code, err[-2000:])
+        event("clean error" if code == 2 else "read")
+        if code == 2:
+            lines = err.strip().split("\n")
+            assert lines[0].startswith("error: ") and len(lines) <= 21, err
+            # the file, or (a model that does not fit the GPU, say) the workload the flags make
+            assert all(len(line.encode()) < 1024 and ("config.json" in line or run and "workload" in line)
+                       for line in lines), err

@@ -124,7 +124,57 @@ def test_a_hugging_face_config_as_the_model():
     assert code == 2 and "cannot read it as a Hugging Face config.json" in err
 
 
-def test_a_config_json_is_not_one_of_several_compared_models():
+def test_a_config_json_can_be_one_of_several_compared_models():
+    """A config.json among compared models is read by the catalogue (load_model) and labelled by its name."""
     config = REPO / "tests/data/hf_configs/qwen3-8b.json"
-    code, _, err = run_main("compare", REPO / "workloads/chat.yaml", "--model", config, "--model", "llama-3.1-8b")
-    assert code == 2 and "can be the one model of a comparison, not one of several" in err
+    code, out, err = run_main("compare", REPO / "workloads/chat.yaml", "--model", config, "--model", "llama-3.1-8b",
+                              "--gpu", "h100", "--requests", "30", "--workers", "1", "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)["rows"] if isinstance(json.loads(out), dict) else json.loads(out)
+    assert {r["model"] for r in rows} == {"qwen3-8b", "llama-3.1-8b"}
+    code, _, err = run_main("compare", REPO / "workloads/chat.yaml", "--model", config, "--model", "nope.json",
+                            "--requests", "30")
+    assert code == 2 and "nope.json: cannot read it as a Hugging Face config.json" in err, err
+
+
+def test_a_config_json_as_a_workload_files_model_is_read_from_the_files_folder(tmp_path):
+    folder = tmp_path / "models" / "Qwen3-8B"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text((REPO / "tests/data/hf_configs/qwen3-8b.json").read_text())
+    (tmp_path / "w.yaml").write_text("model: models/Qwen3-8B/config.json\ngpu: h100\narrivals: {kind: poisson, "
+                                     "rate_per_s: 2}\nprompt_tokens: {dist: fixed, value: 300}\n"
+                                     "output_tokens: {dist: fixed, value: 30}\nrequests: 30\n")
+    code, out, err = run_main("run", tmp_path / "w.yaml", "--json")  # run from the repository, not tmp_path
+    assert code == 0, err
+    assert json.loads(out)["setup"]["model"] == "qwen3-8b"
+    (tmp_path / "w.yaml").write_text((tmp_path / "w.yaml").read_text().replace("Qwen3-8B", "Qwen9"))
+    code, _, err = run_main("run", tmp_path / "w.yaml")
+    assert code == 2 and "field 'model'" in err and "Qwen9/config.json: cannot read it" in err, err
+
+
+@pytest.mark.parametrize("load", [["--rate", "4"], ["--users", "4", "--think-time-s", "0.5"]])
+def test_a_flag_only_runs_next_command_runs_as_printed(load):
+    """Without a file the verdict's `capsim capacity ...` repeats the set-up flags (less the load
+    the search varies), so it runs; before, it named a file 'workload' that does not exist."""
+    import shlex
+
+    flags = ["--model", "llama-3.1-8b", "--gpu", "h100", "--prompt-tokens", "200", "--output-tokens", "lognormal:30:0.5",
+             "--requests", "40", "--no-prefix-caching", "--set", "scheduler.watermark=0.02", *load]
+    code, out, err = run_main("run", *flags, "--json", "--slo", "ttft_p99_ms=60")  # tight: a short search
+    assert code == 0, err
+    steps = json.loads(out)["verdict"]["next_steps"]
+    command = next(s.split("`")[1] for s in steps if "`capsim capacity" in s)
+    words = shlex.split(command)
+    assert words[:2] == ["capsim", "capacity"] and "workload" not in words and "--rate" not in words
+    assert ("--users" in words) == ("--users" in load) and "--no-prefix-caching" in words
+    code, out, err = run_main(*words[1:], "--tolerance", "0.5", "--workers", "1", "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)
+
+
+def test_a_seeds_runs_next_command_names_its_file(tmp_path):
+    code, out, err = run_main("run", REPO / "workloads" / "chat.yaml", "--requests", "40", "--seeds", "2",
+                              "--workers", "1", "--out", tmp_path / "o")
+    assert code == 0, err
+    steps = json.loads((tmp_path / "o" / "summary.json").read_text())["verdict"]["next_steps"]
+    assert any(f"`capsim capacity {REPO / 'workloads' / 'chat.yaml'} --requests 40 " in s for s in steps), steps

@@ -162,7 +162,7 @@ def test_plot_saved_compare_and_capacity_from_their_files(priced_gpu_file, tmp_p
     res.write(tmp_path / "cap")
     paths = plot_saved(tmp_path / "cap", tmp_path / "figs")
     assert [p.name for p in paths] == ["capacity_search.png", "capacity_search.svg"]
-    with pytest.raises(CapsimError, match="nothing to plot"):
+    with pytest.raises(CapsimError, match=r"nothing to plot.*requests.csv or .parquet; the step table, steps.csv or .parquet, only with --steps"):
         plot_saved(tmp_path / "figs")
 
 

@@ -94,3 +94,47 @@ def test_a_config_it_cannot_map_names_the_field_and_file(tmp_path):
     (tmp_path / "my-model" / "config.json").write_text("{not json")
     with pytest.raises(CapsimError, match=r"cannot read it as a Hugging Face config.json"):
         model_from_hf_config(path)
+
+
+LLAMA = json.loads((CONFIGS / "llama-3.1-8b.json").read_text()) if CONFIGS.exists() else {}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"num_attention_heads": 0}, r"'num_attention_heads' is 0; expected a positive whole number"),
+    ({"hidden_size": "4096"}, r"'hidden_size' is '4096'; expected a positive whole number"),
+    ({"hidden_size": 4096.5}, r"'hidden_size' is 4096.5; expected a positive"),
+    ({"hidden_size": True}, r"'hidden_size' is True; expected a positive"),
+    ({"hidden_size": [1]}, r"'hidden_size' is \[1\]; expected a positive"),
+    ({"num_hidden_layers": -3}, r"'num_hidden_layers' is -3; expected a positive"),
+    ({"intermediate_size": float("inf")}, r"'intermediate_size' is inf; expected a positive"),
+    ({"vocab_size": float("nan")}, r"'vocab_size' is nan; expected a positive"),
+    ({"tie_word_embeddings": "no"}, r"'tie_word_embeddings' is 'no'; expected true or false"),
+    ({"layer_types": ["full_attention"]}, r"'layer_types' is \['full_attention'\]: expected a list of 32 layer kinds"),
+    ({"layer_types": 5}, r"'layer_types' is 5: expected a list of 32"),
+    ({"layer_types": [["x"]] * 32}, r"'layer_types' is .*: layer kind\(s\) \['x'\] have no mapping"),
+    ({"text_config": [1]}, r"'text_config' is \[1\]; expected an object"),
+    ({"model_type": "gemma3", "sliding_window_pattern": 0}, r"'sliding_window_pattern' is 0; expected a positive"),
+    ({"model_type": "qwen2", "use_sliding_window": True, "max_window_layers": "x", "sliding_window": 100},
+     r"'max_window_layers' is 'x'; expected a non-negative whole number"),
+    ({"model_type": "mixtral", "num_local_experts": "x", "num_experts_per_tok": 2}, r"'num_local_experts' is 'x'"),
+    ({"model_type": "qwen2_moe", "decoder_sparse_step": "a", "num_experts": 8, "num_experts_per_tok": 2,
+      "moe_intermediate_size": 100}, r"'decoder_sparse_step' is 'a'"),
+    ({"model_type": "deepseek_v3", "n_routed_experts": 8}, r"'v_head_dim' is missing"),
+])
+def test_a_field_of_the_wrong_type_or_size_names_the_field(tmp_path, change, message):
+    """Zero, negative, fractional, non-finite, string or boolean numbers, and malformed lists, are
+    errors naming the field; none is truncated, coerced or divided by (a ZeroDivisionError, a
+    ValueError from int() or a silently shorter layer list before)."""
+    path = _write(tmp_path, LLAMA | change)
+    with pytest.raises(CapsimError, match=r"my-model/config.json: field " + message):
+        model_from_hf_config(path)
+
+
+@pytest.mark.parametrize("text", ["", "[1, 2]", '"x"', "[" * 100_000 + "]" * 100_000, '{"hidden_size": 40'])
+def test_a_file_that_is_not_a_json_object_is_refused(tmp_path, text):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(CapsimError, match=r"config.json: (cannot read it as a Hugging Face|expected a JSON object)"):
+        model_from_hf_config(path)
+    with pytest.raises(CapsimError, match=r"cannot read it"):
+        model_from_hf_config(tmp_path)  # a folder

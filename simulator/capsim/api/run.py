@@ -97,14 +97,16 @@ def _link(setup: Setup, given, field: str) -> tuple[float, float]:
 def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
              progress: Callable[[int, int | None], None] | None = None, objectives: Objectives | None = None,
              percentiles: tuple[float, ...] | None = None, price: float | dict[str, float] | None = None,
-             **overrides) -> RunResult:
+             command_source: str | None = None, **overrides) -> RunResult:
     """Run one simulation. `workload` is a config object or a YAML path; keyword overrides are
     the CLI's (gpu, model, kv_cache, scheduler, allocator, rate, requests, seed, ...).
     `objectives` (capsim.results.slo) judge the run (default: the workload's `slo:` block); `percentiles`
     are reported besides mean and median (default 90 and 99, plus any a limit needs); `price`
     overrides the profile's $ per GPU-hour (one number, or {GPU name: price}).
     `progress(finished, total)` is called now and then during the run (total: the workload's
-    request count, None when a closed loop has none)."""
+    request count, None when a closed loop has none). `command_source`: how the verdict's
+    next-step command names the workload, e.g. the CLI's set-up flags for a run without a file
+    (default: the file's path; 'WORKLOAD.yaml' for a config object, which no command can name)."""
     if isinstance(workload, (str, Path)):
         source, base_dir = short_path(workload), Path(workload).parent
         w = load_workload(workload)
@@ -128,8 +130,10 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
     if objectives is None:
         objectives = from_workload(setup.workload.slo)
     asked = DEFAULT_PERCENTILES if percentiles is None else percentiles
+    if command_source is None:
+        command_source = source if base_dir is not None else "WORKLOAD.yaml"
     return _result(setup, engine, end_s, objectives, tuple(sorted(set(asked) | set(objectives.percentiles()))), price,
-                   pools)
+                   command_source, pools)
 
 @contextmanager
 def _collector_paused():
@@ -145,7 +149,7 @@ def _collector_paused():
             gc.enable()
 
 def _result(setup: Setup, engine: Engine, end_s: float, objectives: Objectives, percentiles: tuple[float, ...],
-            price, pools: Pools | None = None) -> RunResult:
+            price, command_source: str, pools: Pools | None = None) -> RunResult:
     requests = engine.requests.columns()
     log, cm = engine.steps, engine.replicas[0].cost
     if log.large:  # summarise in chunks; the table gets one row per macro-step, when asked for
@@ -184,7 +188,7 @@ def _result(setup: Setup, engine: Engine, end_s: float, objectives: Objectives, 
         summary["disaggregated"] = pool_summary(pools, engine, parts(), end_s)
     summary["setup"] = describe(setup)
     summary["verdict"] = judge(summary, objectives, setup, kv_alternatives(setup, summary.get("mean_request_tokens")),
-                               capacity_command(setup.source, objectives, engine.closed_loop)).as_dict()
+                               capacity_command(command_source, objectives, engine.closed_loop)).as_dict()
     return RunResult(setup, summary, gaps, partial(request_table, requests, class_names, reasons), table,
                      parts, steps_per_row=log.large, events=engine.events,
                      provenance=provenance(setup, summary, objectives), window=window)

@@ -259,6 +259,7 @@ class Workload:
     overrides: dict  # run overrides (capsim.api.OVERRIDABLE names), the given ones only
     label: str  # how progress bars name it
     grid: dict  # the repeated options a planning command varies, name -> values
+    command: str = ""  # the file and set-up flags as a next command repeats them (next_command_source)
 
 
 def workload_for(path: Path | None, setup: dict, slo: list[str] | None = None, share: float | None = None,
@@ -275,17 +276,16 @@ def workload_for(path: Path | None, setup: dict, slo: list[str] | None = None, s
     if load is not None:  # a command that varies the load applies the think time to each point itself
         given.pop("think_time_s", None)
     single = {k: (v[0] if k in grid else v) for k, v in given.items()}
-    hf_model = str(single.get("model", "")).endswith(".json")
     new = [o.name for o in SETUP_OPTIONS if o.new and o.name in given]
     overrides = {k: v for k, v in single.items() if k in OVERRIDABLE and k not in grid}
     axes = {k: v for k, v in given.items() if k in grid}
-    if len(axes.get("model", ())) > 1 and any(str(m).endswith(".json") for m in axes["model"]):
-        # The planning tables label a compared model by the name given, which a spec object is not.
-        raise CapsimError("--model: a Hugging Face config.json can be the one model of a comparison, not one of "
-                          "several; compare catalogue names, or run each config on its own.")
+    hf_model = str(single.get("model", "")).endswith(".json") and len(axes.get("model", ())) < 2
+    # Several compared models stay as given (a config.json as its path, which capsim.spec.catalog.
+    # load_model reads in each task); one config.json is read here and written into the config.
+    command = next_command_source(path, given)
     if path is not None and not new and not hf_model:
         _check_names(path, overrides, tuple(axes))
-        return Workload(path, overrides, path.name, axes)
+        return Workload(path, overrides, path.name, axes, command)
     base, source = None, "the command-line workload"
     if path is not None:
         from capsim.api import load_workload
@@ -305,7 +305,29 @@ def workload_for(path: Path | None, setup: dict, slo: list[str] | None = None, s
     # read a given request count as "keep this length" (capacity probes otherwise size their own).
     # A composed config holds each option given once, so only options repeated are varied.
     return Workload(w, {k: v for k, v in overrides.items() if k == "requests"}, w.name or "command-line",
-                    {k: v for k, v in axes.items() if len(v) > 1})
+                    {k: v for k, v in axes.items() if len(v) > 1}, command)
+
+
+def next_command_source(path: Path | None, given: dict) -> str:
+    """The workload as a next-step command (`capsim capacity ...`) names it: the file, then every
+    set-up flag given, shell-quoted, less --rate and --users (the load a capacity search varies);
+    without a file the flags alone say it all, so the command runs as printed."""
+    import shlex
+
+    from capsim.errors import short_path
+
+    words = [short_path(path)] if path is not None else []
+    for option in SETUP_OPTIONS:
+        value = given.get(option.name)
+        if value is None or option.name in ("rate", "users"):
+            continue
+        if option.kind is bool:
+            on, _, off = option.decls[0].partition("/")
+            words.append(on if value else off)
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            words += [option.decls[0], f"{item:g}" if isinstance(item, float) else str(item)]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def _model(name: str):

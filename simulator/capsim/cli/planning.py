@@ -43,7 +43,7 @@ def compare(
     rate = (setup or {}).get("rate")
     goals, prices = _goals(job.workload, slo, goodput_share), _prices(price_per_hour)
     outputs = _outputs("compare", out_dir, plots)
-    check_report(report)
+    check_report(report, out_dir, plots)
     _dask_warning(dask_scheduler)
     with _progress("compare") as tick:
         if at_capacity:
@@ -88,7 +88,7 @@ def sweep(
                        load={"rate": rates[0]} if rates is not None else {"users": counts[0]})
     goals, prices = _goals(job.workload, slo, goodput_share), _prices(price_per_hour)
     outputs = _outputs("sweep", out_dir, plots or out_dir)
-    check_report(report)
+    check_report(report, out_dir, plots)
     _dask_warning(dask_scheduler)
     with _progress("sweep") as tick:
         res = run_sweep(job.workload, rates=rates, users=counts, think_time_s=(setup or {}).get("think_time_s"),
@@ -123,12 +123,13 @@ def capacity(
     from capsim.planning.capacity import capacity as run_capacity
     from capsim.report.planning_tables import capacity_view, points_view, rich
 
+    _check_capacity_load(workload, users, setup or {})
     job = workload_for(workload, setup or {}, slo, goodput_share, grid=CAPACITY_GRID,
                        load={"users": int(start or 1)} if users else {"rate": start or 1.0})
     grid = job.grid
     goals, prices = _goals(job.workload, slo, goodput_share), _prices(price_per_hour)
     outputs = _outputs("capacity", out_dir, plots)
-    check_report(report)
+    check_report(report, out_dir, plots)
     _dask_warning(dask_scheduler)
     with _progress("capacity search") as tick:
         res = run_capacity(job.workload, goals, users=users, start=start, tolerance=tolerance,
@@ -142,3 +143,14 @@ def capacity(
         out.print(rich("Searched points", points_view(res.points, res.over)))
     _wrote(outputs.save(res.write, _figures(res)))
     _wrote(write_report(report, res))
+
+
+def _check_capacity_load(workload: Optional[Path], users: bool, setup: dict) -> None:
+    """capacity's --users is a switch: `--users 64` would read 64 as the workload file, and a
+    think time without --users would go unused; both are errors that say so."""
+    if users and workload is not None and str(workload).isdigit() and not workload.exists():
+        raise CapsimError(f"--users {workload}: capacity's --users is a switch (search closed-loop users, not the "
+                          f"rate) and takes no number; give the first number tried with --start {workload}.")
+    if setup.get("think_time_s") is not None and not users:
+        raise CapsimError("--think-time-s: the search varies the request rate, which has no think time; add --users "
+                          "to search closed-loop users with it.")

@@ -1,6 +1,7 @@
 """`--report FILE.html`, which run, sweep, compare and capacity share: the option, the check made
-before any simulation (plotly installed, the path not a folder), and the writing of the report
-once the result is in (capsim.report.html_report)."""
+before any simulation (plotly installed, the path a file outside the output folders; the same
+check serves --save-workload), and the writing of the report once the result is in
+(capsim.report.html_report)."""
 
 from pathlib import Path
 from typing import Annotated, Optional
@@ -14,15 +15,40 @@ ReportOpt = Annotated[Optional[Path], typer.Option(
     "opens offline; needs the 'report' extra: pip install 'capsim[report]')")]
 
 
-def check_report(path: Optional[Path]) -> None:
+def check_report(path: Optional[Path], out_dir: Optional[Path] = None, plots: Optional[Path] = None) -> None:
     """Refuse a --report that could not be written, before the work starts."""
     if path is None:
         return
     from capsim.report.html_charts import require_plotly
 
     require_plotly()
-    if path.is_dir():
-        raise CapsimError(f"--report {short_path(path)}: is a folder; give a file name such as report.html.")
+    check_output_file("--report", path, "report.html", out_dir, plots)
+
+
+def check_output_file(option: str, path: Optional[Path], example: str, *folders: Optional[Path]) -> None:
+    """Refuse, before the work starts, a file option (--report, --save-workload) whose path is a
+    folder, lies below a file, or is (or lies inside) one of the command's output `folders`
+    (--out, --plots): those are written whole, replacing what is there, so a file put there
+    would be lost or would overwrite one of theirs."""
+    if path is None:
+        return
+    target = Path(path).absolute()
+    if target.is_dir():
+        raise CapsimError(f"{option} {short_path(path)}: is a folder; give a file name such as {example}.")
+    blocker = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise CapsimError(f"{option} {short_path(path)}: {short_path(blocker)} is a file, not a folder; give a path "
+                          "in a folder that exists or can be created.")
+    from capsim.results.out_folder import check_writable
+
+    check_writable(target, option, "a path that can be created and written")
+    for folder in folders:
+        if folder is not None and Path(folder).absolute() == target:
+            raise CapsimError(f"{option} {short_path(path)}: the same path as another of the command's outputs; give "
+                              f"each its own name (e.g. {example}).")
+        if folder is not None and Path(folder).absolute() in target.parents:
+            raise CapsimError(f"{option} {short_path(path)}: inside the output folder {short_path(folder)}, which is "
+                              f"written whole; put the file outside it (e.g. {example} beside it).")
 
 
 def write_report(path: Optional[Path], result, goals=None) -> list[Path]:

@@ -2,6 +2,8 @@
 with --seeds, repeated over seeds). Only Typer, rich and the shared helpers load with this module;
 the simulator loads when the command runs."""
 
+import os
+import secrets
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -12,7 +14,9 @@ from rich.text import Text
 from capsim.cli.common import (DaskOpt, PercentilesOpt, PlotsOpt, PriceOpt, ShareOpt, SloOpt, WorkersOpt, _dask_warning,
                                Workload, _goals, _outputs, _prices, _progress, _wrote, err, finite_float, out,
                                setup_options, workload_for)
-from capsim.cli.report_option import ReportOpt, check_report, write_report
+from capsim.cli.report_option import ReportOpt, check_output_file, check_report, write_report
+from capsim.cli.run_files import TRACE_EVENTS
+from capsim.errors import CapsimError, short_path
 
 
 @setup_options()
@@ -32,7 +36,7 @@ def run(
                                                   "open it in ui.perfetto.dev (docs/trace.md); with --seeds, the first "
                                                   "seed's run")] = None,
     trace_events: Annotated[int, typer.Option("--trace-events", min=1, help="--trace: at most this many events; "
-                                              "the trace stops at the time they run out")] = 200_000,
+                                              "the trace stops at the time they run out")] = TRACE_EVENTS,
     trace_seconds: Annotated[Optional[float], typer.Option("--trace-seconds", parser=finite_float,
                                                            help="--trace: only the first this many simulated seconds")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print summary.json instead of the result block")] = False,
@@ -59,18 +63,19 @@ def run(
     from capsim.spec.metric_names import parse_percentiles
 
     job = workload_for(workload, setup or {}, slo, goodput_share)
+    outputs = _outputs("run", out_dir, plots)
+    check_report(report, out_dir, plots)
+    check_output_file("--save-workload", save_workload, "workload.yaml", out_dir, plots, report)
+    files = _run_files(table_format, steps, trace, trace_events, trace_seconds, out_dir, plots, report, save_workload)
     if save_workload is not None:
         job = _save_workload(job, save_workload)
     goals, prices, qs = _goals(job.workload, slo, goodput_share), _prices(price_per_hour), parse_percentiles(percentiles)
-    outputs = _outputs("run", out_dir, plots)
-    check_report(report)
-    files = _run_files(table_format, steps, trace, trace_events, trace_seconds, out_dir)
     if seeds is not None:
         return _run_seeds(job, seeds, workers, dask_scheduler, outputs, as_json, step_by_step, goals, prices, qs,
                           report, files)
     with _progress(f"{job.label}, requests finished", auto_refresh=False) as tick:
         result = simulate(job.workload, macro_steps=not step_by_step, progress=tick, objectives=goals, percentiles=qs,
-                          price=prices, **job.overrides)
+                          price=prices, command_source=job.command, **job.overrides)
     _notices(result.summary)
     if as_json:
         sys.stdout.write(result.summary_json(provenance=True))
@@ -85,10 +90,16 @@ def run(
     _wrote(write_report(report, result, goals))
 
 
-def _run_files(table_format, steps, trace, trace_events, trace_seconds, out_dir):
-    """The files options, checked before the run (format, pyarrow, the trace's path)."""
+def _run_files(table_format, steps, trace, trace_events, trace_seconds, out_dir, plots, report, save_workload):
+    """The files options, checked before the run (format, pyarrow, the trace's path: not a folder,
+    not --plots, --report or --save-workload's file)."""
     from capsim.cli.run_files import RunFiles
 
+    if trace is not None and trace.absolute() in [Path(p).absolute() for p in (report, save_workload) if p]:
+        raise CapsimError(f"--trace {short_path(trace)}: the same file as --report or --save-workload; give each its own name.")
+    figures_in_out = plots is not None and out_dir is not None and Path(plots).absolute() == Path(out_dir).absolute()
+    separate_plots = None if figures_in_out else plots  # a trace in the --out folder is run_files' to check
+    check_output_file("--trace", trace, "trace.json", separate_plots)
     return RunFiles.checked(table_format, steps, trace, trace_events, trace_seconds, out_dir)
 
 
@@ -134,11 +145,16 @@ def _save_workload(job: Workload, path: Path) -> Workload:
         w = w.model_copy(update={"name": job.label.removesuffix(".yaml").removesuffix(".yml")})
     resolve(w, job.label)
     text = "# Written by `capsim run --save-workload`: `capsim run THIS_FILE` runs the same simulation.\n"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text + workload_yaml(w))
-    tmp.replace(path)
+    tmp = path.parent / f".{path.name}.partial-{secrets.token_hex(4)}"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text + workload_yaml(w), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise CapsimError(f"--save-workload {short_path(path)}: cannot write it ({exc.strerror or exc}).") from None
     _wrote([path])
-    return Workload(path, {}, path.name, {})
+    return Workload(path, {}, path.name, {}, short_path(path))
 
 
 def _run_seeds(job, seeds, workers, dask_scheduler, outputs, as_json, step_by_step, goals, prices, qs,
@@ -149,7 +165,8 @@ def _run_seeds(job, seeds, workers, dask_scheduler, outputs, as_json, step_by_st
     _dask_warning(dask_scheduler)
     with _progress(f"{seeds} seeds") as tick:
         res = run_seeds(job.workload, seeds, workers=workers, dask_scheduler=dask_scheduler, progress=tick,
-                        objectives=goals, price=prices, percentiles=qs, macro_steps=not step_by_step, **job.overrides)
+                        objectives=goals, price=prices, percentiles=qs, macro_steps=not step_by_step,
+                        command_source=job.command, **job.overrides)
     _notices(res.first.summary)
     if as_json:
         sys.stdout.write(frame_json(res.table, {"seeds": res.runs["seed"].tolist()}))

@@ -9,6 +9,10 @@ from capsim.cli.common import err
 from capsim.errors import CapsimError, short_path
 
 
+# --trace-events' default: a trace of this many events opens quickly in ui.perfetto.dev.
+TRACE_EVENTS = 200_000
+
+
 @dataclass(frozen=True)
 class RunFiles:
     """What `capsim run` writes besides its --out folder's summary and requests table."""
@@ -29,6 +33,9 @@ class RunFiles:
         if out_dir is None and (steps or table_format != "csv"):
             raise CapsimError(f"{'--steps' if steps else '--format'} says what --out writes, and no --out folder was "
                               "given; add --out DIR.")
+        if trace is None and (trace_seconds is not None or trace_events != TRACE_EVENTS):
+            raise CapsimError(f"{'--trace-seconds' if trace_seconds is not None else '--trace-events'} limits the "
+                              "--trace file, and no --trace was given; add --trace FILE (e.g. trace.json).")
         if trace is not None and trace.is_dir():
             raise CapsimError(f"--trace {short_path(trace)}: is a folder; give the trace file's name, e.g. trace.json.")
         if trace_seconds is not None and trace_seconds <= 0:
@@ -49,13 +56,20 @@ class RunFiles:
         """The trace file, if asked for and not inside the --out folder, and a line on stderr
         saying what it holds."""
         if self.trace is not None and not self.trace_in_out:
-            self.trace.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.trace.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise CapsimError(f"--trace {short_path(self.trace)}: cannot make its folder ({exc.strerror or exc})."
+                                  ) from None
             self._write_trace(result, self.trace, self.trace)
 
     def _write_trace(self, result, path: Path, shown: Path) -> None:
         from capsim.results.trace import TraceLimits
 
-        info = result.write_trace(path, TraceLimits(self.trace_events, self.trace_seconds))
+        try:
+            info = result.write_trace(path, TraceLimits(self.trace_events, self.trace_seconds))
+        except OSError as exc:
+            raise CapsimError(f"--trace {short_path(shown)}: cannot write it ({exc.strerror or exc}).") from None
         cut = info["cut"]
         held = f"{info['events']:,} events, {info['passes']:,} passes, {info['requests']:,} requests"
         err.print(f"trace {shown}: {held}" + (f"; stops at {cut['at_s']:.3f} s: {cut['why']}" if cut else ""),
@@ -70,6 +84,9 @@ _OUT_NAMES = ("summary.json", "requests.csv", "steps.csv", "requests.parquet", "
 def _inside(trace: Path, out_dir: Path) -> bool:
     """Whether the trace goes into the --out folder: only at its top and under a name of its own."""
     trace, out_dir = trace.absolute(), out_dir.absolute()
+    if trace == out_dir:
+        raise CapsimError(f"--trace {short_path(trace)}: the --out folder itself; give the trace a file name, at the "
+                          "folder's top (DIR/trace.json) or outside it.")
     if trace.parent == out_dir:
         if trace.name in _OUT_NAMES:
             raise CapsimError(f"--trace {short_path(trace)}: the --out folder's own {trace.name} has that name; "

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from capsim.errors import CapsimError
+from capsim.errors import CapsimError, short_path
 from capsim.planning.tasks import (
     LOAD_KEYS,
     MIN_PERCENTILE_SAMPLES,
@@ -125,17 +126,20 @@ class SeedsResult:
 
 def run_seeds(workload, seeds: int, *, workers: int | None = None, dask_scheduler: str | None = None,
               progress=None, objectives=None, price=None, percentiles: tuple[float, ...] | None = None,
-              macro_steps: bool = True, **overrides) -> SeedsResult:
+              macro_steps: bool = True, command_source: str | None = None, **overrides) -> SeedsResult:
     """Run `seeds` copies of the workload with consecutive seeds, in parallel; summarise each
-    metric as mean ± 95% interval (see the module docstring)."""
+    metric as mean ± 95% interval (see the module docstring). `command_source`: how the runs'
+    next-step command names the workload (default: its file, as a single run's does)."""
 
     if seeds < 2:
         raise CapsimError(f"--seeds: needs at least 2 seeds for an interval (got {seeds}).")
+    if command_source is None and isinstance(workload, (str, Path)):
+        command_source = short_path(workload)  # the tasks carry the loaded config, which names no file
     w, overrides = prepare(workload, overrides)
     base = overrides.pop("seed", None)
     base = w.seed if base is None else base
     tasks = [Task(w, overrides | {"seed": base + i}, objectives=objectives, price=price, percentiles=percentiles,
-                  keep_run=i == 0, macro_steps=macro_steps) for i in range(seeds)]
+                  keep_run=i == 0, macro_steps=macro_steps, command_source=command_source) for i in range(seeds)]
     results = run_tasks(evaluate, tasks, workers=workers, dask_scheduler=dask_scheduler, progress=progress)
     first_record, first_run = results[0]
     runs = pd.DataFrame([first_record] + results[1:])

@@ -24,7 +24,7 @@ from capsim.planning.tasks import Task, evaluate, prepare
 from capsim.results.slo import Objectives
 from capsim.spec.config import validate
 from capsim.workload.schema import WorkloadConfig
-from capsim.spec.catalog import load_hardware
+from capsim.spec.catalog import load_hardware, load_model
 from capsim.spec.formats import get_format
 
 MAX_POINTS = 1000
@@ -211,6 +211,11 @@ def _problem(w, overrides: dict) -> str | None:
 
     if "gpu" in overrides:
         load_hardware(overrides["gpu"])
+    if isinstance(overrides.get("model"), str):
+        try:
+            load_model(overrides["model"])  # an unknown name or an unreadable config.json
+        except CapsimError as exc:
+            raise CapsimError(f"--model: {exc}") from None
     if "kv_cache" in overrides:
         get_format(overrides["kv_cache"], for_kv=True, where="--kv-cache")
     if "weights" in overrides:

@@ -45,12 +45,14 @@ class Task:
     percentiles: tuple[float, ...] | None = None  # reported besides mean and median (None: 90 and 99)
     keep_run: bool = False  # also return the RunResult (frames) for plots or files
     macro_steps: bool = True  # False: step by step (slower, same results)
+    command_source: str | None = None  # how the verdict's next-step command names the workload (simulate)
 
 
 def evaluate(task: Task):
     """Run the task's simulation -> its record (and the RunResult when task.keep_run)."""
     result = simulate(task.workload, macro_steps=task.macro_steps, objectives=task.objectives,
-                      percentiles=task.percentiles, price=task.price, **task.overrides)
+                      percentiles=task.percentiles, price=task.price, command_source=task.command_source,
+                      **task.overrides)
     rec = record(result, task.labels)
     if task.objectives is not None and not task.objectives.empty:
         rec.update(margins(result, task.objectives))

@@ -197,9 +197,9 @@ def plot_saved(directory: Path, out_dir: Path | None = None, objectives: Objecti
         raise CapsimError(f"{directory}: the saved files lack what the figures need ({type(exc).__name__}: "
                           f"{str(exc)[:80]}); write them again with capsim.") from None
     if not paths:
-        raise CapsimError(f"{directory}: nothing to plot: expected the files of `capsim run --out` (summary.json, "
-                          "requests.csv, steps.csv) or of sweep/compare/capacity --out (sweep.json, compare.json, "
-                          "capacity.json with their CSVs).")
+        raise CapsimError(f"{directory}: nothing to plot: expected the files of `capsim run --out` (summary.json "
+                          "and requests.csv or .parquet; the step table, steps.csv or .parquet, only with --steps) or "
+                          "of sweep/compare/capacity --out (sweep.json, compare.json, capacity.json with their CSVs).")
     return paths
 
 

@@ -52,19 +52,7 @@ class OutputFolder:
         self._try_writing()
 
     def _try_writing(self) -> None:
-        """Make and remove a folder in the nearest existing folder above `path` now (creating
-        nothing else), so that a place that cannot be written is refused before the work rather
-        than after it."""
-        parent = self.path.parent
-        while not parent.exists() and parent != parent.parent:
-            parent = parent.parent
-        try:
-            probe = parent / f".capsim-probe-{secrets.token_hex(4)}"
-            probe.mkdir()
-            probe.rmdir()
-        except OSError as exc:
-            raise CapsimError(f"{self.option} {short_path(self.path)}: cannot write there "
-                              f"({exc.strerror or exc}); give a folder that can be created and written.") from None
+        check_writable(self.path, self.option, "a folder that can be created and written")
 
     def check(self) -> None:
         """Refuse a path that is a file, or a folder holding anything but this command's output."""
@@ -118,6 +106,22 @@ class OutputFolder:
     def final(self, paths: list[Path], tmp: Path) -> list[Path]:
         """Where files written into `tmp` are once the folder is in place."""
         return [self.path / Path(p).relative_to(tmp) for p in paths]
+
+
+def check_writable(path: Path, option: str, wanted: str) -> None:
+    """Make and remove a folder in the nearest existing folder above `path` now (creating nothing
+    else), so that a place that cannot be written is refused before the work rather than after
+    it; `wanted` says what to give instead."""
+    parent = Path(path).absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    try:
+        probe = parent / f".capsim-probe-{secrets.token_hex(4)}"
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as exc:
+        raise CapsimError(f"{option} {short_path(path)}: cannot write there ({exc.strerror or exc}); give "
+                          f"{wanted}.") from None
 
 
 def _what(kind: str, earlier: bool = False) -> str:

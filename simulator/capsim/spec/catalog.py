@@ -94,10 +94,15 @@ def _is_file(text: str) -> bool:
         return False
 
 
-def load_model(name: str) -> ModelSpec:
-    """A model by catalogue name or alias."""
+def load_model(name: str | Path) -> ModelSpec:
+    """A model by catalogue name or alias, or a local Hugging Face config.json path (any name
+    ending in .json: capsim.spec.hf_config)."""
+    if str(name).endswith(".json"):
+        from capsim.spec.hf_config import model_from_hf_config
+
+        return model_from_hf_config(Path(name))
     catalog = model_catalog()
-    key = _aliases(catalog).get(name.lower())
+    key = _aliases(catalog).get(str(name).lower())
     if key is None:
         raise CapsimError(
             f"unknown model {quote(name)}.{_suggest(name, _aliases(catalog))} "

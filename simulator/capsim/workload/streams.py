@@ -296,11 +296,14 @@ def is_path(gpu: str) -> bool:
 
 
 def with_paths_from(w: WorkloadConfig, folder: Path) -> WorkloadConfig:
-    """The workload with every relative path it names (its GPU profile file, its trace) taken
+    """The workload with every relative path it names (its GPU profile file, its model's
+    config.json, its trace) taken
     from `folder`: one rule for every path in a workload file, wherever capsim runs from."""
     update: dict = {}
     if w.gpu is not None and is_path(w.gpu) and not Path(w.gpu).is_absolute():
         update["gpu"] = str(folder / w.gpu)
+    if isinstance(w.model, str) and w.model.endswith(".json") and not Path(w.model).is_absolute():
+        update["model"] = str(folder / w.model)  # a Hugging Face config.json
     if w.arrivals.kind == "trace" and not Path(w.arrivals.file).is_absolute():
         update["arrivals"] = w.arrivals.model_copy(update={"file": str(folder / w.arrivals.file)})
     return w.model_copy(update=update) if update else w
