@@ -204,9 +204,14 @@ def plan_meta(result) -> dict:
     single = (lambda row: None if row is None else json_rows(pd.DataFrame([row]))[0])
     return {"workload": result.workload, "model": result.model, "target": result.target,
             "objectives": result.objectives.as_dict(), "budget_gpus": result.budget_gpus,
-            "candidates": len(result.frame), "pruned": result.pruned, "simulations": len(result.points),
+            "candidates": len(result.frame), "candidates_by_shape": by_shape(result.frame), "pruned": result.pruned, "simulations": len(result.points),
             "winner": single(result.winner), "closest": single(result.closest), "launch": result.launch,
             "explain": result.explain, "front": json_rows(result.front)}
+
+
+def by_shape(frame: pd.DataFrame) -> dict[str, int]:
+    """Candidates per deployment shape, in enumeration order."""
+    return {} if "shape" not in frame else {k: int(v) for k, v in frame["shape"].value_counts(sort=False).items()}
 
 
 def _label(row: dict) -> str:

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from capsim.planning.tasks import MIN_PERCENTILE_SAMPLES
 from capsim.results.text_tables import markdown_table
-from capsim.planning.plan_output import shape_text
+from capsim.planning.plan_output import by_shape, shape_text
 from capsim.planning.sweep import json_rows
 
 FEW = f"* percentile resting on fewer than {MIN_PERCENTILE_SAMPLES} samples (p99 of TTFT needs >= 100 completed requests)"
@@ -342,10 +342,7 @@ def winner_view(result) -> tuple[list[str], list[list[str]], list[str]]:
 
 def shape_counts(frame: pd.DataFrame) -> str:
     """Candidates per deployment shape, e.g. "aggregated 64, pp 80"."""
-    if "shape" not in frame:
-        return "none"
-    counts = frame["shape"].value_counts(sort=False)
-    return ", ".join(f"{name} {int(n)}" for name, n in counts.items())
+    return ", ".join(f"{name} {n}" for name, n in by_shape(frame).items()) or "none"
 
 
 def front_view(front: pd.DataFrame) -> tuple[list[str], list[list[str]], list[str]]:
