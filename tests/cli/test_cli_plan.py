@@ -109,3 +109,11 @@ def test_plan_with_shapes_counts_them_and_prints_the_disaggregated_pair(run_cli,
 def test_plan_refuses_bad_shapes(run_cli, wfile, args, message):
     code, out, err = run_cli("plan", wfile, "--rate", "40", "--slo", "ttft_p99_ms=100", "--gpu", "l40s", *args, *SMALL)
     assert code == 2 and message in " ".join((out + err).split())
+
+
+def test_plan_pp_without_shapes_adds_the_pp_shape(run_cli, tmp_path):
+    w = write_workload(tmp_path / "two.yaml", unit_workload("l40s", requests=40, model=dict(TINY_MODEL, num_layers=2)))
+    code, out, err = run_cli("plan", w, "--rate", "40", "--slo", "ttft_p99_ms=100", "--gpu", "l40s", "--pp", "2",
+                             "--format", "json", *SMALL)
+    assert code == 0, err
+    assert json.loads(out)["candidates_by_shape"] == {"aggregated": 1, "pp": 1}

@@ -35,7 +35,8 @@ def plan(
                                                   "disaggregated (prefill:decode pools) (default: aggregated, plus ep "
                                                   "for a MoE model)")] = None,
     splits: Annotated[Optional[str], typer.Option(help="prefill:decode instances per disaggregated unit, "
-                                                  "comma-separated (default 1:1,1:2,2:1,1:3)")] = None,
+                                                  "comma-separated (default 1:1,1:2,2:1,1:3); without --shapes, "
+                                                  "giving --pp, --ep or --splits adds its shape")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="why the winner wins and what the runner-up would need")] = False,
     goodput_share: ShareOpt = None, price_per_hour: PriceOpt = None,
     workers: WorkersOpt = None, dask_scheduler: DaskOpt = None,
@@ -52,7 +53,7 @@ def plan(
     from capsim.planning.plan import plan as run_plan
     from capsim.planning.plan_space import (DEFAULT_ENGINES, DEFAULT_EP, DEFAULT_KV, DEFAULT_MAX_NUM_BATCHED_TOKENS,
                                             DEFAULT_MAX_NUM_SEQS, DEFAULT_PP, DEFAULT_SPLITS, DEFAULT_TP,
-                                            DEFAULT_WEIGHTS, SearchSpace, parse_shapes, parse_splits)
+                                            DEFAULT_WEIGHTS, SearchSpace, parse_splits)
     from capsim.report.planning_tables import plan_report
 
     setup = setup or {}
@@ -67,7 +68,7 @@ def plan(
                         axis["weights"] or DEFAULT_WEIGHTS, axis["kv_cache"] or DEFAULT_KV,
                         axis["engine"] or DEFAULT_ENGINES, axis["max_num_seqs"] or DEFAULT_MAX_NUM_SEQS,
                         axis["max_num_batched_tokens"] or DEFAULT_MAX_NUM_BATCHED_TOKENS,
-                        shapes=parse_shapes(shapes, job.workload), pp=axis["pp"] or DEFAULT_PP,
+                        shapes=_shapes(shapes, job.workload, axis, splits), pp=axis["pp"] or DEFAULT_PP,
                         ep=axis["ep"] or DEFAULT_EP, splits=parse_splits(splits) if splits else DEFAULT_SPLITS)
     outputs = _outputs("plan", out_dir, plots)
     check_report(report)
@@ -79,6 +80,18 @@ def plan(
     plan_report(out, res, fmt.value, explain)
     _wrote(outputs.save(res.write, _plan_figures(res)))
     _wrote(write_report(report, res, goals))
+
+
+def _shapes(text, workload, axis: dict, splits) -> tuple[str, ...]:
+    """--shapes as given; without it the model's default shapes, plus those that --pp, --ep or
+    --splits ask for by being given."""
+    from capsim.planning.plan_space import parse_shapes
+
+    chosen = parse_shapes(text, workload)
+    if text is not None:
+        return chosen
+    asked = [name for name, given in (("pp", axis["pp"]), ("ep", axis["ep"]), ("disaggregated", splits)) if given]
+    return chosen + tuple(name for name in asked if name not in chosen)
 
 
 def _workload_gpu(workload) -> tuple[str, ...]:
