@@ -5,7 +5,7 @@ import json
 
 import pandas as pd
 import pytest
-from helpers import unit_workload, write_workload
+from helpers import TINY_MODEL, unit_workload, write_workload
 
 SMALL = ["--tp", "1", "--weights", "fp16", "--kv-cache", "fp16", "--max-num-seqs", "8", "--max-num-batched-tokens",
          "4096", "--requests", "400", "--workers", "1"]
@@ -43,7 +43,7 @@ def test_plan_json_and_csv_formats(run_cli, wfile):
     assert data["winner"]["replicas"] == 1 and data["target"] == {"over": "rate_per_s", "load": 40.0}
     code, out, _ = run_cli("plan", wfile, "--rate", "40", "--slo", "ttft_p99_ms=100", "--gpu", "l40s", "--format",
                            "csv", *SMALL)
-    assert code == 0 and out.startswith("candidate,status,gpu,tp,")
+    assert code == 0 and out.startswith("candidate,status,shape,gpu,tp,pp,ep,prefill,decode,link,")
 
 
 def test_no_deployment_meeting_the_slos_is_a_verdict(run_cli, wfile):
@@ -85,3 +85,35 @@ def test_bundled_workloads(run_cli, path, rate, slo):
                              "--max-num-batched-tokens", "2048", "--budget-gpus", "2", "--workers", "1")
     assert code == 0, err
     assert "meets every SLO" in out and "vllm serve meta-llama/Llama-3.1-8B-Instruct" in out
+
+
+def test_plan_with_shapes_counts_them_and_prints_the_disaggregated_pair(run_cli, tmp_path):
+    w = write_workload(tmp_path / "two.yaml", unit_workload("l40s", requests=40,
+                                                             model=dict(TINY_MODEL, num_layers=2)))
+    code, out, err = run_cli("plan", w, "--rate", "40", "--slo", "ttft_p99_ms=100", "--gpu", "l40s", "--budget-gpus",
+                             "4", "--shapes", "disaggregated,pp", "--pp", "2", "--splits", "1:1,1:3", *SMALL)
+    assert code == 0, err
+    assert "3 candidates (pp 1, disaggregated 2)" in " ".join(out.split())
+    assert "meets every SLO" in out
+    code, out, err = run_cli("plan", w, "--rate", "40", "--slo", "ttft_p99_ms=100", "--gpu", "l40s", "--shapes",
+                             "disaggregated", "--splits", "1:1", "--format", "json", *SMALL)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["winner"]["shape"] == "disaggregated" and data["winner"]["link"] == "pcie-gen4-x16"
+    assert data["launch"]["sglang decode"].endswith("--disaggregation-mode decode")
+    assert "NixlConnector" in data["launch"]["vllm prefill"]
+
+
+@pytest.mark.parametrize("args, message", [(["--shapes", "aggregated,xpyd"], "unknown shape(s) xpyd"),
+                                           (["--splits", "1-2"], "is not PREFILL:DECODE")])
+def test_plan_refuses_bad_shapes(run_cli, wfile, args, message):
+    code, out, err = run_cli("plan", wfile, "--rate", "40", "--slo", "ttft_p99_ms=100", "--gpu", "l40s", *args, *SMALL)
+    assert code == 2 and message in " ".join((out + err).split())
+
+
+def test_plan_pp_without_shapes_adds_the_pp_shape(run_cli, tmp_path):
+    w = write_workload(tmp_path / "two.yaml", unit_workload("l40s", requests=40, model=dict(TINY_MODEL, num_layers=2)))
+    code, out, err = run_cli("plan", w, "--rate", "40", "--slo", "ttft_p99_ms=100", "--gpu", "l40s", "--pp", "2",
+                             "--format", "json", *SMALL)
+    assert code == 0, err
+    assert json.loads(out)["candidates_by_shape"] == {"aggregated": 1, "pp": 1}

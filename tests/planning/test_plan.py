@@ -12,7 +12,7 @@ from capsim.planning.plan_output import hf_id, launch_commands, pareto_mask
 from capsim.planning.plan_space import Candidate, SearchSpace, enumerate_candidates
 from capsim.results.slo import parse_objectives
 from capsim.spec.catalog import load_model
-from helpers import unit_workload
+from helpers import TINY_MODEL, unit_workload
 
 CANDIDATE = Candidate("aggregated", "l40s", 2, "fp8", "fp8", "vllm", 128, 4096)
 
@@ -93,6 +93,41 @@ def unit_plan(front_within=1.0, goals=GOALS, rate=150.0, space=UNIT_SPACE):
     # One replica of 8 slots completes at most 80 requests/s of 10-step requests (helpers.unit_workload).
     # 400 requests a simulation keep the test quick (the planner's own default is a 2,000-request window).
     return plan(unit_workload("l40s"), goals, space, rate=rate, workers=1, front_within=front_within, requests=400)
+
+
+def test_launch_commands_of_the_new_shapes():
+    row = {"tp": 4, "max_num_seqs": 64, "max_num_batched_tokens": 2048, "kv_cache": "fp16", "weights": "bf16"}
+    model = load_model("llama-3.1-8b")
+    pp = launch_commands(row | {"shape": "pp", "pp": 2, "ep": 1}, model, 8192, None)
+    assert "vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 4 --pipeline-parallel-size 2 " \
+           "--max-num-seqs 64" in pp["vllm"]
+    assert "--model-path meta-llama/Llama-3.1-8B-Instruct --tp 4 --pp-size 2 --max-running-requests 64" in pp["sglang"]
+    ep = launch_commands(row | {"shape": "ep", "tp": 1, "pp": 1, "ep": 8}, model, 8192, None)
+    assert "--tensor-parallel-size 1 --data-parallel-size 8 --enable-expert-parallel --max-num-seqs 64" in ep["vllm"]
+    assert "--tp 8 --dp 8 --enable-dp-attention --ep-size 8 --max-running-requests 64" in ep["sglang"]
+    pd = launch_commands(row | {"shape": "disaggregated", "pp": 1, "ep": 1, "prefill": 1, "decode": 2,
+                                "link": "nvlink4"}, model, 8192, None)
+    assert sorted(pd) == ["sglang decode", "sglang prefill", "sglang router", "vllm decode", "vllm prefill"]
+    assert pd["vllm prefill"].endswith("""--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'""")
+    assert pd["sglang prefill"].endswith("--disaggregation-mode prefill")
+    assert pd["sglang decode"].endswith("--disaggregation-mode decode")
+    assert pd["sglang router"].startswith("python -m sglang_router.launch_router --pd-disaggregation --prefill ")
+
+
+def test_plan_searches_the_new_shapes_and_sizes_disaggregated_units():
+    """A disaggregated 1P1D unit of 2 GPUs at 150 requests/s of 10-token requests (unit mode): one unit's
+    decode pool carries at most 800 / 9 = 88.9/s (x 1.25 slack: 111), so the search starts at 2 units."""
+    w = unit_workload("l40s", model=dict(TINY_MODEL, num_layers=2))
+    space = SearchSpace(("l40s",), 8, tp=(1,), weights=("fp16",), kv_cache=("fp16",), max_num_seqs=(8,),
+                        max_num_batched_tokens=(4096,), shapes=("aggregated", "pp", "disaggregated"), pp=(2,),
+                        splits=((1, 1),))
+    res = plan(w, parse_objectives(["ttft_p99_ms=100"]), space, rate=150.0, workers=1, front_within=math.inf,
+               requests=400)
+    rows = {r["shape"]: r for r in res.frame.to_dict("records")}
+    assert sorted(rows) == ["aggregated", "disaggregated", "pp"]
+    d = rows["disaggregated"]
+    assert d["min_replicas"] == 2 and d["status"] == "meets SLOs" and d["gpus"] == 2 * d["replicas"]
+    assert res.winner["shape"] == "aggregated"  # one GPU per replica beats two per unit at the same decode rate
 
 
 def test_winner_is_the_cheapest_feasible_and_the_cost_bound_keeps_it():

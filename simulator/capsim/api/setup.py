@@ -46,7 +46,7 @@ def load_workload(path: str | Path) -> WorkloadConfig:
     return with_paths_from(C.load_yaml_as(WorkloadConfig, path), path.absolute().parent)
 
 OVERRIDABLE = ("gpu", "model", "weights", "kv_cache", "scheduler", "allocator", "rate", "requests", "seed",
-               "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "mode", "horizon_s", "engine", "tp", "pp", "ep", "replicas", "router",
+               "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "mode", "horizon_s", "engine", "tp", "pp", "ep", "replicas", "router", "serving",
                "prefix_caching", "preemption")
 
 def apply_overrides(w: WorkloadConfig, source: str, **overrides) -> WorkloadConfig:

@@ -14,7 +14,7 @@ from capsim.errors import CapsimError
 
 # The search axes: repeatable set-up options, each value a candidate dimension (default: the
 # planning.plan_space defaults). The target load is plan's own --rate / --users.
-PLAN_GRID = ("gpu", "tp", "weights", "kv_cache", "engine", "max_num_seqs", "max_num_batched_tokens")
+PLAN_GRID = ("gpu", "tp", "pp", "ep", "weights", "kv_cache", "engine", "max_num_seqs", "max_num_batched_tokens")
 LOAD_AXES = ("rate", "users")
 
 
@@ -30,6 +30,13 @@ def plan(
     front_within: Annotated[float, typer.Option(help="also search candidates that could cost up to this many times the "
                                                 "cheapest found (a fuller Pareto front; 1: stop at the cheapest)",
                                                 parser=finite_float)] = 1.0,
+    shapes: Annotated[Optional[str], typer.Option(help="deployment shapes to search, comma-separated: aggregated, pp "
+                                                  "(TP x PP per replica), ep (expert parallelism, MoE models), "
+                                                  "disaggregated (prefill:decode pools) (default: aggregated, plus ep "
+                                                  "for a MoE model)")] = None,
+    splits: Annotated[Optional[str], typer.Option(help="prefill:decode instances per disaggregated unit, "
+                                                  "comma-separated (default 1:1,1:2,2:1,1:3); without --shapes, "
+                                                  "giving --pp, --ep or --splits adds its shape")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="why the winner wins and what the runner-up would need")] = False,
     goodput_share: ShareOpt = None, price_per_hour: PriceOpt = None,
     workers: WorkersOpt = None, dask_scheduler: DaskOpt = None,
@@ -40,12 +47,13 @@ def plan(
     memory, throughput and latency bounds, the survivors simulated for their fewest replicas.
     Prints the winner with its launch commands, and the Pareto front. No candidate meeting the
     SLOs is a verdict (exit 0), with the closest one and what binds. The search axes are the
-    repeatable set-up flags --gpu, --tp, --weights, --kv-cache, --engine, --max-num-seqs and
-    --max-num-batched-tokens (defaults: the workload's GPU, TP 1 2 4 8, bf16 fp8, fp16 fp8, vllm,
-    64 256, 2048 8192)."""
+    repeatable set-up flags --gpu, --tp, --pp, --ep, --weights, --kv-cache, --engine, --max-num-seqs
+    and --max-num-batched-tokens (defaults: the workload's GPU, TP 1 2 4 8, PP 2 4, EP 2 4 8, bf16
+    fp8, fp16 fp8, vllm, 64 256, 2048 8192), and --shapes / --splits (docs/planning.md)."""
     from capsim.planning.plan import plan as run_plan
-    from capsim.planning.plan_space import (DEFAULT_ENGINES, DEFAULT_KV, DEFAULT_MAX_NUM_BATCHED_TOKENS,
-                                            DEFAULT_MAX_NUM_SEQS, DEFAULT_TP, DEFAULT_WEIGHTS, SearchSpace)
+    from capsim.planning.plan_space import (DEFAULT_ENGINES, DEFAULT_EP, DEFAULT_KV, DEFAULT_MAX_NUM_BATCHED_TOKENS,
+                                            DEFAULT_MAX_NUM_SEQS, DEFAULT_PP, DEFAULT_SPLITS, DEFAULT_TP,
+                                            DEFAULT_WEIGHTS, SearchSpace, parse_splits)
     from capsim.report.planning_tables import plan_report
 
     setup = setup or {}
@@ -59,7 +67,9 @@ def plan(
     space = SearchSpace(axis["gpu"] or _workload_gpu(job.workload), budget_gpus, axis["tp"] or DEFAULT_TP,
                         axis["weights"] or DEFAULT_WEIGHTS, axis["kv_cache"] or DEFAULT_KV,
                         axis["engine"] or DEFAULT_ENGINES, axis["max_num_seqs"] or DEFAULT_MAX_NUM_SEQS,
-                        axis["max_num_batched_tokens"] or DEFAULT_MAX_NUM_BATCHED_TOKENS)
+                        axis["max_num_batched_tokens"] or DEFAULT_MAX_NUM_BATCHED_TOKENS,
+                        shapes=_shapes(shapes, job.workload, axis, splits), pp=axis["pp"] or DEFAULT_PP,
+                        ep=axis["ep"] or DEFAULT_EP, splits=parse_splits(splits) if splits else DEFAULT_SPLITS)
     outputs = _outputs("plan", out_dir, plots)
     check_report(report)
     _dask_warning(dask_scheduler)
@@ -70,6 +80,18 @@ def plan(
     plan_report(out, res, fmt.value, explain)
     _wrote(outputs.save(res.write, _plan_figures(res)))
     _wrote(write_report(report, res, goals))
+
+
+def _shapes(text, workload, axis: dict, splits) -> tuple[str, ...]:
+    """--shapes as given; without it the model's default shapes, plus those that --pp, --ep or
+    --splits ask for by being given."""
+    from capsim.planning.plan_space import parse_shapes
+
+    chosen = parse_shapes(text, workload)
+    if text is not None:
+        return chosen
+    asked = [name for name, given in (("pp", axis["pp"]), ("ep", axis["ep"]), ("disaggregated", splits)) if given]
+    return chosen + tuple(name for name in asked if name not in chosen)
 
 
 def _workload_gpu(workload) -> tuple[str, ...]:

@@ -20,7 +20,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -123,7 +123,8 @@ def plan(workload, objectives: Objectives, space: SearchSpace, *, rate: float | 
     over, load = _target(w, rate, users)
     if "requests" not in given:
         w = w.model_copy(update={"duration_s": None, "requests": probe_requests(over, load)})
-    candidates = enumerate_candidates(space)
+    spec = load_model(w.model) if isinstance(w.model, str) else w.model
+    candidates = enumerate_candidates(replace(space, model=spec))
     demand = traffic(w, over, load, load if over == "rate_per_s" else None)
     cost_models: dict = {}
     bounds = [candidate_bounds(w, c, demand, objectives, space.budget_gpus, price, cost_models) for c in candidates]
@@ -141,7 +142,6 @@ def plan(workload, objectives: Objectives, space: SearchSpace, *, rate: float | 
     closest = None if winner else _closest(rows)
     front = pareto_front(pd.DataFrame(feasible)) if feasible else pd.DataFrame()
     name = w.name or (Path(workload).stem if isinstance(workload, (str, Path)) else "workload")
-    spec = load_model(w.model) if isinstance(w.model, str) else w.model
     model = spec.name
     result = PlanResult(frame, pd.DataFrame(points), winner, closest, front, pruned, {"over": over, "load": load},
                         objectives, name, model, space.budget_gpus)

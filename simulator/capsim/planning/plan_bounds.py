@@ -38,9 +38,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from capsim.api import apply_overrides, resolve
+from capsim.api.run import _cost_model
 from capsim.core.plan import StepPlan
 from capsim.core.request import Request
+from capsim.cost.parallel import ShapedCost
 from capsim.cost.roofline import CostModel
+from capsim.spec.shapes import load_link
 from capsim.errors import CapsimError
 from capsim.planning.capacity import PROBE_WINDOW_REQUESTS, probe_requests
 from capsim.planning.plan_space import Candidate
@@ -117,11 +120,15 @@ class Bounds:
 
 
 class BoundModel:
-    """Prices the bound steps of one candidate with the simulation's own cost model."""
+    """Prices the bound steps of one candidate with the simulation's own cost model: for pp > 1 one
+    virtual engine's (capsim.cost.parallel.PipelineCost), for ep > 1 one rank's (ExpertParallelCost),
+    whose steps are `scale` x the stage's or rank's own plus extra_s."""
 
     def __init__(self, cost: CostModel, budget_tokens: int, chunked: bool, memo: dict) -> None:
         self.cost, self.budget_tokens, self.chunked = cost, budget_tokens, chunked
         self.memo = memo  # best rates already found for this cost model: (kind, top) -> rate
+        self.shaped = isinstance(cost, ShapedCost)
+        self.scale = cost.scale if isinstance(cost, ShapedCost) else 1
 
     def best_rate(self, kind: str, top: int) -> float:
         """best_rate over grid(top) of decode floors ("decode") or prefill floors ("prefill"), memoised:
@@ -136,14 +143,25 @@ class BoundModel:
         """A decode-only step of `batch` sequences at the least context (one token each)."""
         return float(self.cost.decode_seconds(batch, batch, 0))
 
+    def floor_s(self, tokens: int, decode_only: tuple[bool, ...]) -> float:
+        """A step of `tokens` tokens of one sequence without attention or logits: scale x (the GEMMs,
+        elementwise kernels and fixed costs) + extra_s, at the least over the decode_only flags given.
+        scale x fixed + extra is non-decreasing in the sequences (a pipeline's extra takes back the
+        host time pp - 1 stages count, never more), so one sequence is the least."""
+        c, k = self.cost, self.scale
+        if c.mode == "unit":
+            body, fixed = c.unit_step_s, dict.fromkeys(decode_only, 0.0)
+        else:
+            gc, gm, _, _ = c.gemm_part(tokens, 0, 1)
+            body = max(gc, gm) + c.elementwise_part(tokens)[0]
+            fixed = {d: sum(c.fixed_seconds(tokens, 1, decode_only=d)) for d in decode_only}
+        extra = (lambda d: c.extra_s(tokens, 1, d)) if isinstance(c, ShapedCost) else (lambda d: 0.0)
+        return k * body + min(k * fixed[d] + extra(d) for d in decode_only)
+
     def decode_floor_s(self, tokens: int) -> float:
         """g(b): a step of `tokens` decode tokens without their attention: the GEMMs (no logits),
         elementwise kernels and the lesser of the decode-only and mixed fixed costs, for one sequence."""
-        if self.cost.mode == "unit":
-            return self.cost.unit_step_s
-        gc, gm, _, _ = self.cost.gemm_part(tokens, 0, 1)
-        fixed = min(sum(self.cost.fixed_seconds(tokens, 1, decode_only=d)) for d in (True, False))
-        return max(gc, gm) + self.cost.elementwise_part(tokens)[0] + fixed
+        return self.floor_s(tokens, (True, False))
 
     def context_s(self) -> float:
         """m1: seconds of memory traffic per context position a decoding sequence attends (its KV
@@ -152,11 +170,7 @@ class BoundModel:
 
     def prefill_floor_s(self, tokens: int) -> float:
         """A step computing `tokens` prompt tokens with no attention, no logits and one sequence."""
-        if self.cost.mode == "unit":
-            return self.cost.unit_step_s
-        gc, gm, _, _ = self.cost.gemm_part(tokens, 0, 1)
-        overhead, comm = self.cost.fixed_seconds(tokens, 1, decode_only=False)
-        return max(gc, gm) + self.cost.elementwise_part(tokens)[0] + overhead + comm
+        return self.floor_s(tokens, (False,))
 
     def prefill_alone_s(self, prompt_tokens: int) -> float:
         """One prompt prefilled alone on the replica: its chunks of the token budget (one step
@@ -213,35 +227,45 @@ def candidate_bounds(w: WorkloadConfig, candidate: Candidate, demand: Traffic, o
 
 
 def _bound_model(setup, cost_models: dict) -> BoundModel:
+    """The candidate's step pricing, built as the simulation builds it (capsim.api.run._cost_model)
+    and shared by candidates that differ only in batch limits."""
     w = setup.workload
     key = (setup.model.name, setup.hardware.name, setup.weights.name, setup.kv_cache.name, w.mode,
-           setup.engine.name if setup.engine else None, w.tp)
+           setup.engine.name if setup.engine else None, w.tp, w.pp, w.ep, str(w.pp_link), str(w.ep_link))
     if key not in cost_models:
-        cost_models[key] = (CostModel(setup.model, setup.hardware, setup.weights, setup.kv_cache, mode=w.mode,
-                                      unit_step_s=w.unit_step_s, engine=setup.engine, tp=w.tp), {})
+        cost_models[key] = (_cost_model(setup, None), {})
     cost, memo = cost_models[key]
     return BoundModel(cost, setup.max_num_batched_tokens, w.scheduler.kind == "chunked", memo)
 
 
 def _throughput(setup, model: BoundModel, demand: Traffic, objectives, base: dict):
+    """A replica runs pp x ep engines (virtual engines or ranks), each bounded as one replica is
+    (a virtual engine holds 1/pp of the KV blocks). A disaggregated unit carries at most the lesser
+    of its prefill pool's prompt rate and its decode pool's decode rate."""
     if demand.rate_per_s is None:
         return None
-    mem = setup.memory
+    c: Candidate = base["candidate"]
+    mem, w = setup.memory, setup.workload
+    engines = w.pp * w.ep
+    disagg = c.shape == "disaggregated"
     rates = []
     if demand.decode_exact and demand.mean_decodes > 0:
-        batch = max(1, min(setup.workload.scheduler.max_num_seqs, mem.num_blocks // (1 + mem.seq_units)))
+        blocks = mem.num_blocks // w.pp
+        batch = max(1, min(w.scheduler.max_num_seqs, blocks // (1 + mem.seq_units)))
         busy_s = demand.mean_decodes / model.best_rate("decode", batch) + model.context_s() * demand.mean_decode_context
-        rates.append(1.0 / busy_s)
+        rates.append(engines * (c.decode if disagg else 1) / busy_s)
     if demand.prefill_exact:
-        rates.append(model.best_rate("prefill", setup.max_num_batched_tokens) / demand.mean_prompt_tokens)
+        per_engine = model.best_rate("prefill", setup.max_num_batched_tokens) / demand.mean_prompt_tokens
+        rates.append(engines * (c.prefill if disagg else 1) * per_engine)
     if not rates:
         return None
     base["max_rate_per_replica"] = top = min(rates)
     base["min_replicas"] = need = max(1, math.ceil(demand.rate_per_s / (THROUGHPUT_SLACK * top) - 1e-9))
     if need > base["max_replicas"]:
-        return "throughput", (f"one replica carries at most {top:,.2f} requests/s of this traffic, so "
-                              f"{demand.rate_per_s:g}/s needs {need} replicas ({need * setup.workload.tp} GPUs), over "
-                              "the GPU budget")
+        unit = "units" if disagg else "replicas"
+        return "throughput", (f"one {'unit' if disagg else 'replica'} carries at most {top:,.2f} requests/s of this "
+                              f"traffic, so {demand.rate_per_s:g}/s needs {need} {unit} ({need * c.gpus_per_replica} "
+                              "GPUs), over the GPU budget")
     return None
 
 
@@ -265,12 +289,27 @@ def _ttft(setup, model: BoundModel, demand: Traffic, objectives: Objectives, bas
             continue
         q = 50.0 if stat == "median" else float(stat[1:])
         rank = math.floor(demand.window_share * q / 100 * len(prompts)) - 1
-        floor_ms = 1e3 * model.prefill_alone_s(int(prompts[max(rank, 0)]))
+        floor_ms = 1e3 * first_token_floor_s(setup, model, base["candidate"], int(prompts[max(rank, 0)]))
         base["ttft_floor_ms"] = max(base["ttft_floor_ms"] or 0.0, floor_ms)
         if floor_ms > limit:
+            alone = "alone, its KV transfer and a first decode step" if base["candidate"].shape == "disaggregated" \
+                else "alone"
             return "ttft", (f"{key} is at least {floor_ms:,.1f} ms (prefilling a {int(prompts[max(rank, 0)]):,}-token "
-                            f"prompt alone), over {limit:,.0f} ms")
+                            f"prompt {alone}), over {limit:,.0f} ms")
     return None
+
+
+def first_token_floor_s(setup, model: BoundModel, candidate: Candidate, prompt_tokens: int) -> float:
+    """The least time to a request's first token: its prefill alone; disaggregated, then its KV
+    over the link (per-transfer time + prompt x one GPU's KV bytes per token / achieved bandwidth +
+    latency; both pools share the instance shape, so the shard is this set-up's) and the decode
+    side's first step (at least a one-token step with no attention), as capsim.api.pools runs it."""
+    alone = model.prefill_alone_s(prompt_tokens)
+    if candidate.shape != "disaggregated":
+        return alone
+    link = load_link(candidate.link)
+    shard = setup.memory.bytes_per_block / setup.memory.block_size
+    return alone + link.transfer_s(prompt_tokens * shard) + link.latency_s + model.decode_floor_s(1)
 
 
 def _goodput(setup, model: BoundModel, demand: Traffic, objectives: Objectives, base: dict):

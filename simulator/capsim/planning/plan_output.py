@@ -16,7 +16,7 @@ from capsim.planning.sweep import json_rows, order_columns
 from capsim.results.slo import Objectives
 from capsim.spec.serving import load_engine
 
-FIRST = ("candidate", "status", "gpu", "tp", "weights", "kv_cache", "engine", "max_num_seqs", "max_num_batched_tokens",
+FIRST = ("candidate", "status", "shape", "gpu", "tp", "pp", "ep", "prefill", "decode", "link", "weights", "kv_cache", "engine", "max_num_seqs", "max_num_batched_tokens",
          "replicas", "gpus", "usd_per_hour", "usd_per_m_output_tokens", "tokens_per_s_per_user", "tokens_per_s_per_gpu",
          "binding", "binding_ratio", "pruned_by", "reason")
 RECORD_KEYS = ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
@@ -128,21 +128,63 @@ def _quant(weights: str) -> list[str]:
     return []
 
 
+def shape_text(row: dict) -> str:
+    """A candidate's parallelism in a few characters: "TP2", "TP2 x PP2", "EP8", "1P2D TP1 (nvlink4)"."""
+    text = f"TP{row['tp']}"
+    if int(row.get("pp") or 1) > 1:
+        text += f" x PP{int(row['pp'])}"
+    if int(row.get("ep") or 1) > 1:
+        text = f"EP{int(row['ep'])}"
+    if row.get("shape") == "disaggregated":
+        text = f"{int(row['prefill'])}P{int(row['decode'])}D {text} ({row['link']})"
+    return text
+
+
+def _parallel(row: dict, engine: str) -> list[str]:
+    """The parallelism flags of one instance. vLLM: --tensor-parallel-size, --pipeline-parallel-size;
+    EP as attention data-parallel ranks with the experts spread over them (--data-parallel-size N
+    --enable-expert-parallel). SGLang: --tp, --pp-size; EP as --tp N --dp N --enable-dp-attention
+    --ep-size N (older releases spell the last --enable-ep-moe)."""
+    ep, pp = int(row.get("ep") or 1), int(row.get("pp") or 1)
+    if engine == "vllm":
+        if ep > 1:
+            return ["--tensor-parallel-size", "1", "--data-parallel-size", str(ep), "--enable-expert-parallel"]
+        return ["--tensor-parallel-size", str(row["tp"])] + (["--pipeline-parallel-size", str(pp)] if pp > 1 else [])
+    if ep > 1:
+        return ["--tp", str(ep), "--dp", str(ep), "--enable-dp-attention", "--ep-size", str(ep)]
+    return ["--tp", str(row["tp"])] + (["--pp-size", str(pp)] if pp > 1 else [])
+
+
+# vLLM's disaggregated pair: both instances load the NIXL KV connector (kv_both), a proxy routes
+# each request to a prefill and then a decode instance. SGLang: --disaggregation-mode with its
+# default Mooncake transfer engine, behind sglang_router's --pd-disaggregation.
+VLLM_PD = """--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'"""
+
+
 def launch_commands(row: dict, model, max_model_len: int, memory_fraction: float | None) -> dict[str, str]:
-    """Per-replica launch commands for the chosen deployment (run `replicas` of them behind a
-    router). The memory fraction is the workload's gpu_memory_utilization if it sets one, else each
-    engine's own default (capsim engines)."""
+    """Per-instance launch commands for the chosen deployment (run `replicas` of them behind a
+    router; a disaggregated unit's prefill and decode instances each get their own). The memory
+    fraction is the workload's gpu_memory_utilization if it sets one, else each engine's own
+    default (capsim engines)."""
     model = hf_id(model)
     vllm_mem = memory_fraction or load_engine("vllm").gpu_memory_utilization
     sglang_mem = memory_fraction or load_engine("sglang").gpu_memory_utilization
-    vllm = ["vllm", "serve", model, "--tensor-parallel-size", str(row["tp"]), "--max-num-seqs", str(row["max_num_seqs"]),
+    vllm = ["vllm", "serve", model, *_parallel(row, "vllm"), "--max-num-seqs", str(row["max_num_seqs"]),
             "--max-num-batched-tokens", str(row["max_num_batched_tokens"]), "--kv-cache-dtype", _kv_dtype(row["kv_cache"]),
             "--gpu-memory-utilization", f"{vllm_mem:g}", "--max-model-len", str(max_model_len), *_quant(row["weights"])]
-    sglang = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp", str(row["tp"]),
+    sglang = ["python", "-m", "sglang.launch_server", "--model-path", model, *_parallel(row, "sglang"),
               "--max-running-requests", str(row["max_num_seqs"]), "--chunked-prefill-size",
               str(row["max_num_batched_tokens"]), "--kv-cache-dtype", _kv_dtype(row["kv_cache"]),
               "--mem-fraction-static", f"{sglang_mem:g}", "--context-length", str(max_model_len), *_quant(row["weights"])]
-    return {"vllm": " ".join(vllm), "sglang": " ".join(sglang)}
+    if row.get("shape") != "disaggregated":
+        return {"vllm": " ".join(vllm), "sglang": " ".join(sglang)}
+    out = {}
+    for role in ("prefill", "decode"):
+        out[f"vllm {role}"] = " ".join(vllm + [VLLM_PD])
+        out[f"sglang {role}"] = " ".join(sglang + ["--disaggregation-mode", role])
+    out["sglang router"] = ("python -m sglang_router.launch_router --pd-disaggregation "
+                            + " ".join(f"--{role} http://{role.upper()}_HOST:PORT" for role in ("prefill", "decode")))
+    return out
 
 
 def write_plan(result, out_dir: Path) -> list[Path]:
@@ -162,13 +204,18 @@ def plan_meta(result) -> dict:
     single = (lambda row: None if row is None else json_rows(pd.DataFrame([row]))[0])
     return {"workload": result.workload, "model": result.model, "target": result.target,
             "objectives": result.objectives.as_dict(), "budget_gpus": result.budget_gpus,
-            "candidates": len(result.frame), "pruned": result.pruned, "simulations": len(result.points),
+            "candidates": len(result.frame), "candidates_by_shape": by_shape(result.frame), "pruned": result.pruned, "simulations": len(result.points),
             "winner": single(result.winner), "closest": single(result.closest), "launch": result.launch,
             "explain": result.explain, "front": json_rows(result.front)}
 
 
+def by_shape(frame: pd.DataFrame) -> dict[str, int]:
+    """Candidates per deployment shape, in enumeration order."""
+    return {} if "shape" not in frame else {k: int(v) for k, v in frame["shape"].value_counts(sort=False).items()}
+
+
 def _label(row: dict) -> str:
-    return (f"#{row['candidate']} {row['gpu']} TP{row['tp']} {row['weights']} weights, {row['kv_cache']} KV, "
+    return (f"#{row['candidate']} {row['gpu']} {shape_text(row)} {row['weights']} weights, {row['kv_cache']} KV, "
             f"{row['engine']}, max_num_seqs {row['max_num_seqs']}, max_num_batched_tokens {row['max_num_batched_tokens']}")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from capsim.planning.plan_output import shape_text
 from capsim.report import html_charts as charts
 from capsim.report.html_page import Section, items, page, view_table
 from capsim.report.planning_tables import front_view, plan_lines, winner_view
@@ -34,6 +35,6 @@ def plan_page(res) -> str:
 def _feasible(frame: pd.DataFrame) -> pd.DataFrame:
     """The candidates that met every SLO at their fewest replicas, named for the charts."""
     ok = frame[frame["status"] == "meets SLOs"] if "status" in frame else frame.iloc[0:0]
-    names = [f"{r['gpu']} TP{r['tp']} {r['weights']}/{r['kv_cache']} x{int(r['replicas'])}"
+    names = [f"{r['gpu']} {shape_text(r)} {r['weights']}/{r['kv_cache']} x{int(r['replicas'])}"
              for r in ok.to_dict("records")]
     return ok.assign(name=names)

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from capsim.planning.tasks import MIN_PERCENTILE_SAMPLES
 from capsim.results.text_tables import markdown_table
+from capsim.planning.plan_output import by_shape, shape_text
 from capsim.planning.sweep import json_rows
 
 FEW = f"* percentile resting on fewer than {MIN_PERCENTILE_SAMPLES} samples (p99 of TTFT needs >= 100 completed requests)"
@@ -291,9 +292,15 @@ def plan_lines(result, explain: bool) -> list[str]:
     """The launch commands and (with explain) the reasons, one line each."""
     lines = []
     if result.launch:
-        n = result.winner["replicas"]
-        lines.append(f"Launch {n} replica{'s' if n > 1 else ''}, each with one of (behind a round-robin router):")
-        lines += [f"  {cmd}" for cmd in result.launch.values()]
+        w = result.winner
+        n = int(w["replicas"])
+        if w.get("shape") == "disaggregated":
+            lines.append(f"Launch {n} unit{'s' if n > 1 else ''} of {int(w['prefill'])} prefill + {int(w['decode'])} "
+                         f"decode instances ({w['link']} between them), each instance with its engine's command:")
+            lines += [f"  {role}: {cmd}" for role, cmd in result.launch.items()]
+        else:
+            lines.append(f"Launch {n} replica{'s' if n > 1 else ''}, each with one of (behind a round-robin router):")
+            lines += [f"  {cmd}" for cmd in result.launch.values()]
     if explain or result.winner is None:
         lines += result.explain
     return lines
@@ -305,7 +312,7 @@ def winner_view(result) -> tuple[list[str], list[list[str]], list[str]]:
     load = f"{target['load']:g} requests/s" if target["over"] == "rate_per_s" else f"{target['load']:g} users"
     goals = "; ".join(result.objectives.describe())
     caption = [f"{result.workload} ({result.model}) at {load} under {goals}; at most {result.budget_gpus} GPUs",
-               f"{len(result.frame)} candidates; pruned by bounds without simulation: "
+               f"{len(result.frame)} candidates ({shape_counts(result.frame)}); pruned by bounds without simulation: "
                + (", ".join(f"{n} by {k}" for k, n in result.pruned.items() if n and k != "cost") or "none")
                + f"; never simulated by the cost bound: {result.pruned.get('cost', 0)}; "
                f"{len(result.points)} simulations of one replica at its share of the load"]
@@ -314,11 +321,12 @@ def winner_view(result) -> tuple[list[str], list[list[str]], list[str]]:
         return ["field", "value"], [["verdict", "no candidate"]], caption
     verdict = "meets every SLO" if result.winner else "NO deployment meets every SLO: closest candidate"
     rows = [["verdict", verdict],
-            ["deployment", f"{r['gpu']} TP{r['tp']}, {r['weights']} weights, {r['kv_cache']} KV, {r['engine']}"],
+            ["deployment", f"{r['gpu']} {shape_text(r)}, {r['weights']} weights, {r['kv_cache']} KV, {r['engine']}"],
             ["batch limits", f"max_num_seqs {r['max_num_seqs']}, max_num_batched_tokens {r['max_num_batched_tokens']}"]]
     if missing(r.get("replicas")):
         return ["field", "value"], rows + [["ruled out", f"{r['pruned_by']}: {r['reason']}"]], caption
-    rows += [["replicas x GPUs", f"{int(r['replicas'])} x {r['tp']} = {int(r['gpus'])} GPUs"],
+    unit = "units x GPUs" if r.get("shape") == "disaggregated" else "replicas x GPUs"
+    rows += [[unit, f"{int(r['replicas'])} x {int(r['gpus']) // int(r['replicas'])} = {int(r['gpus'])} GPUs"],
              ["$ per hour", num(r, "usd_per_hour", 2, prefix="$")],
              ["$ per 1M output tokens", num(r, "usd_per_m_output_tokens", 3, prefix="$")],
              ["per replica", f"{figure(r['replica_load'])} {'requests/s' if target['over'] == 'rate_per_s' else 'users'}"],
@@ -332,13 +340,18 @@ def winner_view(result) -> tuple[list[str], list[list[str]], list[str]]:
     return ["field", "value"], rows, caption
 
 
+def shape_counts(frame: pd.DataFrame) -> str:
+    """Candidates per deployment shape, e.g. "aggregated 64, pp 80"."""
+    return ", ".join(f"{name} {n}" for name, n in by_shape(frame).items()) or "none"
+
+
 def front_view(front: pd.DataFrame) -> tuple[list[str], list[list[str]], list[str]]:
-    columns = ["#", "gpu", "TP", "weights/KV", "engine", "seqs", "batch", "replicas", "GPUs", "$/hour", "$/1M out",
+    columns = ["#", "gpu", "shape", "weights/KV", "engine", "seqs", "batch", "replicas", "GPUs", "$/hour", "$/1M out",
                "tok/s/user", "tok/s/GPU", "front"]
     rows = []
     for r in front.to_dict("records"):
         fronts = "/".join(name for name, on in (("GPU", r["on_gpu_front"]), ("cost", r["on_cost_front"])) if on)
-        rows.append([str(r["candidate"]), r["gpu"], str(r["tp"]), f"{r['weights']}/{r['kv_cache']}", r["engine"],
+        rows.append([str(r["candidate"]), r["gpu"], shape_text(r), f"{r['weights']}/{r['kv_cache']}", r["engine"],
                      str(r["max_num_seqs"]), str(r["max_num_batched_tokens"]), str(int(r["replicas"])),
                      str(int(r["gpus"])), num(r, "usd_per_hour", 2), num(r, "usd_per_m_output_tokens", 3),
                      num(r, "tokens_per_s_per_user"), num(r, "tokens_per_s_per_gpu"), fronts])
