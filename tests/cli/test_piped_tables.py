@@ -30,3 +30,32 @@ def test_a_piped_listing_has_one_line_per_row_with_names_whole(command, listing)
     assert all(f" {name} " in header for name in columns)  # column names in one piece
     for row, line in zip(rows, body):
         assert line.startswith(f"│ {row[0]} ")  # the first cell (the name) whole, at the start of its row
+
+
+CHAT = str(REPO / "workloads" / "chat.yaml")
+TABLE_COMMANDS = {
+    "tables": ["tables"],
+    "models --from": ["models", "--from", str(REPO / "tests" / "data" / "hf_configs" / "llama-3.1-8b.json")],
+    "compare": ["compare", CHAT, "--gpu", "rtx4090", "--gpu", "a100-80g", "--requests", "200", "--workers", "1"],
+    "sweep": ["sweep", CHAT, "--rate", "1,2", "--requests", "200", "--workers", "1"],
+    "capacity": ["capacity", CHAT, "--gpu", "h100-sxm", "--slo", "ttft_p99_ms=1000", "--tolerance", "0.5",
+                 "--requests", "300", "--workers", "1"],
+    "run --seeds": ["run", CHAT, "--requests", "200", "--seeds", "2", "--workers", "1"],
+    "validate": ["validate", "--only", "xdai-rtx4090-llama3-8b-q4_k_m-tg512", "--workers", "1"],
+    "plan": ["plan", CHAT, "--rate", "2", "--slo", "ttft_p99_ms=2000", "--gpu", "rtx4090", "--tp", "1", "--weights",
+             "bf16", "--kv-cache", "fp16", "--max-num-seqs", "64", "--max-num-batched-tokens", "2048",
+             "--requests", "300", "--workers", "1"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(TABLE_COMMANDS))
+def test_every_table_printing_command_prints_whole_rows_through_a_pipe(name):
+    """Each command that prints a Rich table, piped: every table row on one line (a folded row
+    would continue on a line whose first cell is empty), and the rows as wide as they need."""
+    lines = _piped(*TABLE_COMMANDS[name])
+    body = [line for line in lines if line.startswith("│")]
+    assert body, f"{name}: printed no table"
+    for line in body:
+        first = line[1:].split("│")[0]
+        assert first.strip(), f"{name}: a row folded over two lines: {line!r}"
+        assert line.rstrip().endswith("│")
