@@ -38,11 +38,20 @@ def _check_schema(events: list[dict]) -> None:
 
 
 def _check_nesting(events: list[dict]) -> None:
-    """A request's phases lie inside its slice, one after another, on its lane."""
+    """A request's phases lie inside its slice, one after another, on its lane; its prompt chunks
+    inside its prefill or decode slice, and its preemptions inside its slice."""
     lanes: dict[tuple[int, int], list[dict]] = {}
     for e in events:
-        if e["ph"] == "X" and e["tid"] >= 2:
+        if e["ph"] == "X" and e["tid"] >= 2 and e["name"] != "prefill chunk":
             lanes.setdefault((e["pid"], e["tid"]), []).append(e)
+    for e in events:
+        if e["tid"] >= 2 and e["name"] in ("prefill chunk", "preempted"):
+            end = e["ts"] + e.get("dur", 0)
+            holders = [p["name"] for p in lanes[(e["pid"], e["tid"])] if p["ts"] <= e["ts"] and end <= p["ts"] + p["dur"]]
+            if e["name"] == "preempted":
+                assert holders and holders[0] == e["args"]["request"], (e, holders)
+            else:
+                assert len(holders) == 2 and holders[1] in ("prefill", "decode"), (e, holders)
     for slices in lanes.values():
         parent = None
         for e in slices:  # in the order written: a request, then its phases
@@ -78,7 +87,7 @@ def test_trace_holds_every_pass_and_request_of_the_run(busy_run, tmp_path):
     rejected = [e for e in events if e["ph"] == "i" and e["name"].startswith("rejected")]
     assert len(rejected) == s["rejected"] > 0
     assert Counter(e["args"]["reason"] for e in rejected) == s["rejected_reasons"]
-    preempt = [e for e in events if e["name"] == "preempted"]
+    preempt = [e for e in events if e["name"] == "preempted" and e["tid"] == 0]
     assert sum(e["args"]["count"] for e in preempt) == steps["preempted"].sum() == s["preemptions"] > 0
     assert {e["pid"] for e in events} == {1, 2}
     # a pass's args are its step row's
@@ -143,7 +152,9 @@ def test_tiny_run_by_hand(round_gpu_file, tmp_path):
                       ("prefill pass", 60000.0, 10000.0), ("decode pass", 70000.0, 10000.0),
                       ("decode pass", 80000.0, 10000.0)]
     lanes = [(e["name"], e["tid"], e["ts"], e["dur"]) for e in events if e["ph"] == "X" and e["tid"] >= 2]
-    assert lanes == [("r0", 2, 0.0, 30000.0), ("prefill", 2, 0.0, 10000.0), ("decode", 2, 10000.0, 20000.0),
+    assert lanes[-3:] == [("prefill chunk", 2, 0, 10000), ("prefill chunk", 3, 30000, 10000),
+                          ("prefill chunk", 2, 60000, 10000)]  # each prompt in one chunk, as long as its prefill
+    assert lanes[:-3] == [("r0", 2, 0.0, 30000.0), ("prefill", 2, 0.0, 10000.0), ("decode", 2, 10000.0, 20000.0),
                      ("r1", 3, 25000.0, 35000.0), ("queued", 3, 25000.0, 5000.0), ("prefill", 3, 30000.0, 10000.0),
                      ("decode", 3, 40000.0, 20000.0),
                      ("r2", 2, 50000.0, 40000.0), ("queued", 2, 50000.0, 10000.0), ("prefill", 2, 60000.0, 10000.0),
@@ -234,3 +245,64 @@ def test_disaggregated_replicas_are_named_by_pool(tmp_path):
     prefill, decode = (len(pools[p]["busy_share_per_replica"]) for p in ("prefill", "decode"))
     assert {f"prefill replica {k}" for k in range(prefill)} <= names and "decode replica 0" in names
     assert not any(n.startswith("replica ") for n in names) and decode >= 1
+
+
+def test_chunked_prefill_by_hand(round_gpu_file, tmp_path):
+    """Unit mode (every pass 10 ms), a token budget of 16 and one 48-token prompt: three chunks
+    of 16 tokens, 0-10, 10-20 and 20-30 ms, nested in the prefill slice from 0 to 30 ms."""
+    w = unit_workload(round_gpu_file, requests=1, prompt_tokens={"dist": "fixed", "value": 48},
+                      output_tokens={"dist": "fixed", "value": 2},
+                      scheduler={"kind": "chunked", "max_num_seqs": 4, "max_num_batched_tokens": 16, "block_size": 4})
+    run = simulate(w)
+    chunks = run.prefill_chunks
+    assert chunks["request_id"].tolist() == [0, 0, 0] and chunks["tokens"].tolist() == [16, 16, 16]
+    assert np.allclose(chunks["start_s"], [0.0, 0.01, 0.02]) and np.allclose(chunks["end_s"], [0.01, 0.02, 0.03])
+    run.write_trace(tmp_path / "t.json")
+    events, other = _events(tmp_path / "t.json")
+    _check_schema(events)
+    _check_nesting(events)
+    lane = [(e["name"], e["ts"], e["dur"], e["args"]) for e in events if e["ph"] == "X" and e["tid"] == 2]
+    assert lane == [("r0", 0, 40000, lane[0][3]), ("prefill", 0, 30000, {"passes": 3}),
+                    ("decode", 30000, 10000, {"generated_tokens": 2}),
+                    ("prefill chunk", 0, 10000, {"tokens": 16}), ("prefill chunk", 10000, 10000, {"tokens": 16}),
+                    ("prefill chunk", 20000, 10000, {"tokens": 16})]
+    assert other["events"] == sum(e["ph"] != "M" for e in events)
+
+
+def test_preemptions_show_on_the_requests_lanes(busy_run, tmp_path):
+    """Each preempted request gets a "preempted" instant on its lane per preemption, at the start
+    of a pass whose planning preempted it; the chunks add up to the prompt tokens the passes computed."""
+    req = busy_run.requests
+    assert req["preemptions"].sum() > 0  # the fixture's small KV cache preempts
+    assert len(busy_run.preemptions) == req["preemptions"].sum()
+    assert busy_run.prefill_chunks["tokens"].sum() == busy_run.steps["prefill_tokens"].sum()
+    busy_run.write_trace(tmp_path / "t.json", TraceLimits(max_events=10**7))
+    events, other = _events(tmp_path / "t.json")
+    _check_schema(events)
+    _check_nesting(events)
+    instants = Counter(e["args"]["request"] for e in events if e["name"] == "preempted" and e["tid"] >= 2)
+    assert instants == Counter({f"r{rid}": n for rid, n in zip(req["request_id"], req["preemptions"]) if n})
+    pass_instants = Counter()
+    for e in events:
+        if e["name"] == "preempted" and e["tid"] == 0:
+            pass_instants[(e["pid"], e["ts"])] += e["args"]["count"]
+    assert Counter((e["pid"], e["ts"]) for e in events if e["name"] == "preempted" and e["tid"] >= 2) == pass_instants
+    # a request computes its prompt and whatever a preemption dropped, plus, when that happened
+    # after its first token, the one token it then samples from (counted as prompt by the step log)
+    chunk_tokens = busy_run.prefill_chunks.groupby("request_id")["tokens"].sum()
+    least = (req["prompt_tokens"] + req["recomputed_tokens"]).set_axis(req["request_id"])
+    served = req["request_id"][req["outcome"] != "rejected"]
+    assert (chunk_tokens.reindex(served) >= least[served]).all()
+    assert (chunk_tokens.reindex(served) <= least[served] + req["preemptions"].set_axis(req["request_id"])[served]).all()
+    assert sum(e["name"] == "prefill chunk" for e in events) == len(busy_run.prefill_chunks)
+    assert other["events"] == sum(e["ph"] != "M" for e in events)
+
+
+def test_event_limit_counts_chunks_and_preemptions(busy_run, tmp_path):
+    """The chunks and preemption instants count towards --trace-events like every other event."""
+    whole = busy_run.write_trace(tmp_path / "all.json", TraceLimits(max_events=10**7))
+    limit = whole["events"] // 2
+    info = busy_run.write_trace(tmp_path / "t.json", TraceLimits(max_events=limit))
+    events, _ = _events(tmp_path / "t.json")
+    assert info["cut"] is not None and info["events"] == sum(e["ph"] != "M" for e in events) <= limit
+    assert any(e["name"] == "prefill chunk" for e in events)

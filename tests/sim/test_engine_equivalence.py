@@ -175,7 +175,17 @@ def assert_same(w) -> None:
     assert macro.summary_json() == step.summary_json()
     assert macro.requests.to_csv() == step.requests.to_csv()
     assert macro.steps.to_csv() == step.steps.to_csv()
+    assert macro.prefill_chunks.to_csv() == step.prefill_chunks.to_csv()
+    assert macro.preemptions.to_csv() == step.preemptions.to_csv()
     s, steps = macro.summary, macro.steps
+    # every prompt token a pass computed is in one chunk; every preemption is a request's (the
+    # requests table leaves out the preemptions of a sample still running at the horizon when
+    # another sample of its group closed the group's row: Outcomes.unfinished)
+    assert macro.prefill_chunks["tokens"].sum() == steps["prefill_tokens"].sum()
+    if w.horizon_s is None or w.samples == 1:
+        assert len(macro.preemptions) == macro.requests["preemptions"].sum()
+    else:
+        assert len(macro.preemptions) >= macro.requests["preemptions"].sum()
     assert s["arrived"] == s["completed"] + s["rejected"] + s["unfinished"] == len(macro.requests)
     capacity_units = s["setup"]["num_gpu_blocks"]
     capacity_tokens = s["setup"]["kv_capacity_tokens"]

@@ -191,7 +191,8 @@ def _result(setup: Setup, engine: Engine, end_s: float, objectives: Objectives, 
                                capacity_command(command_source, objectives, engine.closed_loop)).as_dict()
     return RunResult(setup, summary, gaps, partial(request_table, requests, class_names, reasons), table,
                      parts, steps_per_row=log.large, events=engine.events,
-                     provenance=provenance(setup, summary, objectives), window=window)
+                     provenance=provenance(setup, summary, objectives), window=window,
+                     _chunk_table=engine.phases.chunk_columns, _preemption_table=engine.phases.preemption_columns)
 
 def kv_fit(requests: dict[str, np.ndarray], kv_tokens: int, max_model_len: int) -> dict:
     """Concurrent sequences the KV cache holds: at the workload's mean request length (prompt +

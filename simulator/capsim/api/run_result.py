@@ -43,6 +43,10 @@ class RunResult:
     events: int = 0  # events the engine took (steps or macro-steps, waits, arrival events): its work
     provenance: dict = field(default_factory=dict, repr=False)  # capsim.results.provenance: version, date, inputs
     window: Window | None = field(default=None, repr=False)  # the requests the figures are measured over
+    # The engine's PhaseLog columns: a row per prompt chunk (request_id, start_s, end_s, tokens)
+    # and per preemption (request_id, at_s); the run trace nests them in each request's lane.
+    _chunk_table: Callable[[], dict[str, np.ndarray]] | None = field(default=None, repr=False)
+    _preemption_table: Callable[[], dict[str, np.ndarray]] | None = field(default=None, repr=False)
 
     @property
     def requests(self) -> pd.DataFrame:
@@ -57,6 +61,29 @@ class RunResult:
         if self._steps is None:
             self._steps = as_dataframe(self._step_table(), codes=("bound",))
         return self._steps
+
+    @property
+    def prefill_chunks(self) -> pd.DataFrame:
+        """One row per prompt chunk a pass computed (tokens recomputed after a preemption count):
+        request_id, start_s and end_s of the pass, tokens; in the order the passes ended."""
+        import pandas as pd
+
+        return pd.DataFrame(self._phase_columns()[0])
+
+    @property
+    def preemptions(self) -> pd.DataFrame:
+        """One row per preemption: request_id, at_s (the start of the pass whose planning preempted it)."""
+        import pandas as pd
+
+        return pd.DataFrame(self._phase_columns()[1])
+
+    def _phase_columns(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        chunks = self._chunk_table() if self._chunk_table else {
+            "request_id": np.zeros(0, np.int64), "start_s": np.zeros(0), "end_s": np.zeros(0),
+            "tokens": np.zeros(0, np.int64)}
+        preemptions = self._preemption_table() if self._preemption_table else {
+            "request_id": np.zeros(0, np.int64), "at_s": np.zeros(0)}
+        return chunks, preemptions
 
     def summary_json(self, provenance: bool = False, files: dict | None = None) -> str:
         """The summary as JSON; with `provenance` (summary.json, --json) also where it came from
@@ -102,7 +129,7 @@ class RunResult:
         """The run as a Chrome/Perfetto trace (results.trace), written whole to `path`; returns
         what it holds and what was cut (the file's `otherData`)."""
         return write_trace(path, self.summary, self._request_table(), self._step_parts(), limits,
-                           self.setup.workload.horizon_s)
+                           self.setup.workload.horizon_s, self._phase_columns())
 
 
 def step_table(columns: Callable[[], dict[str, np.ndarray]]) -> dict[str, Column]:

@@ -1,7 +1,8 @@
 """A run as a Chrome/Perfetto trace-event file (`capsim run --trace FILE`): open it in
 ui.perfetto.dev or chrome://tracing and scroll through the passes and the requests.
 
-Built from the run's records alone (the step table and the request table), in the JSON object
+Built from the run's records alone (the step table, the request table and the engine's
+PhaseLog: each request's prompt chunks and preemptions), in the JSON object
 format: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}. Times are in
 whole microseconds of simulated time. Each replica is a process (pid = replica + 1) holding:
 - tid 0 "forward passes": one complete event ("X") per pass (or per macro-step, for runs that
@@ -13,8 +14,10 @@ whole microseconds of simulated time. Each replica is a process (pid = replica +
   its lane from arrival to finish (or to the end of the run when unfinished) as one complete
   event "r<id>" with its phases nested inside: "queued" (arrival to first scheduled), "prefill"
   (first scheduled to first token; args: the replica's passes in between), "decode" (first
-  token to finish); a preempted request's slices carry its preemption count and recomputed
-  tokens (the records keep how many, not when);
+  token to finish); inside those, a "prefill chunk" slice per pass that computed some of its
+  prompt (args: tokens; a chunk after the first token recomputes a preempted request's tokens),
+  and a "preempted" instant at the start of each pass whose planning preempted it; a preempted
+  request's slices also carry its preemption count and recomputed tokens;
 - counters ("C"): "KV used" (blocks, or tokens for contiguous reservations) and "waiting"
   (requests queued), as the step log records them after each pass, at its end; a sample only
   when the value changes (a viewer holds the last value until the next).
@@ -39,6 +42,9 @@ from capsim.results.csv_out import Column, Labels
 from capsim.results.trace_steps import StepRows, read_steps
 
 DEFAULT_MAX_EVENTS = 200_000
+# The engine's PhaseLog columns (api.RunResult._phase_columns): prompt chunks (request_id,
+# start_s, end_s, tokens) and preemptions (request_id, at_s).
+Phases = tuple[Mapping[str, np.ndarray], Mapping[str, np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -51,11 +57,12 @@ class TraceLimits:
 
 def write_trace(path: Path, summary: dict, requests: Mapping[str, Column],
                 step_parts: Iterable[Mapping[str, Column]], limits: TraceLimits = TraceLimits(),
-                horizon_s: float | None = None) -> dict:
+                horizon_s: float | None = None, phases: Phases | None = None) -> dict:
     """Write the trace of a run to `path` whole (through a temporary file beside it, renamed into
     place); return its `otherData` (what it holds and what was cut). horizon_s: the run's
-    horizon, if it had one (where requests still queued or running end)."""
-    events, other = trace_events(summary, requests, step_parts, limits, horizon_s)
+    horizon, if it had one (where requests still queued or running end); phases: the requests'
+    prompt chunks and preemptions (None: the lanes show neither)."""
+    events, other = trace_events(summary, requests, step_parts, limits, horizon_s, phases)
     path = Path(path)
     tmp = path.parent / f".{path.name}.partial-{secrets.token_hex(4)}"
     try:
@@ -70,12 +77,13 @@ def write_trace(path: Path, summary: dict, requests: Mapping[str, Column],
 
 
 def trace_events(summary: dict, requests: Mapping[str, Column], step_parts: Iterable[Mapping[str, Column]],
-                 limits: TraceLimits = TraceLimits(), horizon_s: float | None = None) -> tuple[list[str], dict]:
+                 limits: TraceLimits = TraceLimits(), horizon_s: float | None = None,
+                 phases: Phases | None = None) -> tuple[list[str], dict]:
     """The trace's events, each as JSON text (the track names first), and its `otherData` (see
     the module docstring)."""
     setup = summary.get("setup", {})
     steps = read_steps(step_parts, limits.max_events, limits.until_s, int(summary.get("replicas") or 1))
-    req = _Requests(requests, steps, horizon_s * 1e6 if horizon_s else 0.0)
+    req = _Requests(requests, steps, horizon_s * 1e6 if horizon_s else 0.0, phases)
     starts = np.concatenate([steps.event_starts_us(), req.event_starts_us()])
     cut_us, why = _cut(np.sort(starts), steps, limits)
     # Grouped by kind, not sorted by time: the viewers sort; a request's slice comes before the
@@ -155,9 +163,9 @@ def _us(seconds: np.ndarray) -> np.ndarray:
 class _Requests:
     """The request table's rows as lanes and slices."""
 
-    def __init__(self, cols: Mapping[str, Column], steps: StepRows, end_us: float) -> None:
+    def __init__(self, cols: Mapping[str, Column], steps: StepRows, end_us: float, phases: Phases | None = None) -> None:
         """end_us: the run's end, if known (0: its last pass or arrival), where a request still
-        queued or running then ends."""
+        queued or running then ends; phases: the requests' prompt chunks and preemptions."""
         outcome = cols["outcome"]
         assert isinstance(outcome, Labels)
         self.ids = np.asarray(cols["request_id"])
@@ -173,6 +181,24 @@ class _Requests:
         self.cols, self.steps = cols, steps
         self.lane = _lanes(self.replica, self.arrival, self.finish, self.rejected)
         self.prefill_passes = steps.passes_between(self.replica, self.scheduled, self.first_token)
+        none = np.zeros(0)
+        chunks, preemptions = phases if phases is not None else (
+            {"request_id": none, "start_s": none, "end_s": none, "tokens": none}, {"request_id": none, "at_s": none})
+        self.chunk_row, keep = self._rows_of(chunks["request_id"])
+        self.chunk_start, self.chunk_end = _us(chunks["start_s"])[keep], _us(chunks["end_s"])[keep]
+        self.chunk_tokens = np.asarray(chunks["tokens"], dtype=np.int64)[keep]
+        self.preempt_row, keep = self._rows_of(preemptions["request_id"])
+        self.preempt_at = _us(preemptions["at_s"])[keep]
+
+    def _rows_of(self, request_ids) -> tuple[np.ndarray, np.ndarray]:
+        """The table rows of the served requests these ids name, and which ids name one (forked
+        samples have no row of their own: their chunks and preemptions are left out)."""
+        ids = np.asarray(request_ids, dtype=np.int64)
+        order = np.argsort(self.ids, kind="stable")
+        at = np.minimum(np.searchsorted(self.ids[order], ids), max(len(order) - 1, 0))
+        rows = order[at] if len(order) else np.zeros(len(ids), dtype=np.int64)
+        keep = (self.ids[rows] == ids) & ~self.rejected[rows] if len(order) else np.zeros(len(ids), bool)
+        return rows[keep], keep
 
     def replicas(self) -> list[int]:
         return np.unique(self.replica).tolist()
@@ -182,7 +208,7 @@ class _Requests:
         served = ~self.rejected
         parts = [self.arrival, self.arrival[served & (self.scheduled > self.arrival)],
                  self.scheduled[served & (self.first_token > self.scheduled)],
-                 self.first_token[served & (self.finish > self.first_token)]]
+                 self.first_token[served & (self.finish > self.first_token)], self.chunk_start, self.preempt_at]
         return np.concatenate(parts)
 
     def count_before(self, cut_us: float | None) -> int:
@@ -224,6 +250,23 @@ class _Requests:
                         extra = extra | {"preemptions": preempted[i], "recomputed_tokens": recomputed[i]}
                     out.append({"ph": "X", "name": name, "pid": pid, "tid": tid, "ts": edges[k],
                                 "dur": edges[k + 1] - edges[k], "args": extra})
+        return out + self._phase_events(limit)
+
+    def _phase_events(self, limit: float) -> list[dict]:
+        """The prompt chunks and preemption instants on their requests' lanes that start before
+        the cut; after the phase slices, so a viewer that keeps the order of equal times nests a
+        chunk as long as its prefill slice inside it."""
+        pid, tid = self.replica + 1, 2 + self.lane
+        out: list[dict] = []
+        for row, start, end, tokens in zip(self.chunk_row.tolist(), self.chunk_start.tolist(),
+                                           self.chunk_end.tolist(), self.chunk_tokens.tolist()):
+            if start < limit:
+                out.append({"ph": "X", "name": "prefill chunk", "pid": int(pid[row]), "tid": int(tid[row]),
+                            "ts": int(start), "dur": int(end - start), "args": {"tokens": tokens}})
+        for row, at in zip(self.preempt_row.tolist(), self.preempt_at.tolist()):
+            if at < limit:
+                out.append({"ph": "i", "s": "t", "name": "preempted", "pid": int(pid[row]), "tid": int(tid[row]),
+                            "ts": int(at), "args": {"request": f"r{int(self.ids[row])}"}})
         return out
 
 

@@ -37,7 +37,7 @@ from capsim.sim.handoff import Handoff
 from capsim.sim.intake import _STEP_END, InFlight, Intake
 from capsim.sim.passes import Pass
 from capsim.sim.replica import Replica
-from capsim.sim.request_log import GapLog
+from capsim.sim.request_log import GapLog, PhaseLog
 from capsim.sim.step_log import StepLog
 from capsim.sim.step_records import SegmentRecord, StepRecord
 from capsim.sim.token_gaps import TokenGaps
@@ -64,6 +64,7 @@ class Engine(Intake):
         self.steps = StepLog(kv.block_size, replicas[0].running.schedule, paged=kv.kind == "paged")
         self.gaps = GapLog()
         self.tokens = TokenGaps(self.gaps, self.num_classes)
+        self.phases = PhaseLog()  # prompt chunks and preemptions per request (the run trace's)
         self._sample_ids = 1 << 40  # forked samples get ids no arrival has
         self._clock_stops = 0  # pull mode: the step loop's waits (SimPy counts its own events)
         # After run(): the events the run took, its real work: each wait of a step loop (a step,
@@ -195,6 +196,7 @@ class Engine(Intake):
             self.outcomes.finish(req, "rejected", reason)
         if plan.preempted:
             rep.preempt(plan.preempted)
+            self.phases.preempted(plan.preempted, now)
         if plan.admitted:
             for req in plan.admitted:
                 if req.first_scheduled_s is None:
@@ -319,12 +321,13 @@ class Engine(Intake):
     def _advance_scheduled(self, rep: Replica, plan: StepPlan, run: Pass) -> list[Request]:
         """The listed requests compute their tokens; returns those now due to sample one (their
         prompt is done, or they decode one by one). The prompt tokens computed go to run."""
-        kv = rep.kv
+        kv, phases = rep.kv, self.phases
         prefill = 0
         emitting = []
         for req, n in zip(plan.scheduled, plan.new_tokens):
             if not req.is_decoding:
                 prefill += n
+                phases.chunk(req, run.start_s, run.end_s, n)
             req.computed_tokens += n
             if kv.caching:
                 kv.register(req)

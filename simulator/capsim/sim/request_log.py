@@ -1,5 +1,5 @@
 """The engine's request-side records: one row per request (RequestLog) and the inter-token gaps
-its sequences see (GapLog), written into flat buffers (capsim.sim.buffers) as the run goes.
+its sequences see (GapLog), and when its prompt chunks ran and it was preempted (PhaseLog), written into flat buffers (capsim.sim.buffers) as the run goes.
 
 PERF: they are written once per request and once per step, so they live in sim/ (compiled); the
 summary that reads them (capsim.results.summary) stays plain Python.
@@ -130,3 +130,35 @@ class GapLog:
             raise ValueError("segments with a first gap need the StepLog's segment start times")
         ends = np.zeros(0) if segment_ends is None else segment_ends
         return single, lengths, counts, ends, firsts, segment_starts
+
+
+class PhaseLog:
+    """When each request's prompt chunks ran and when it was preempted (the run trace's
+    per-request detail): a row per chunk a pass computed (prompt tokens, or tokens recomputed
+    after a preemption) and a row per preemption, both by request id. Written per chunk and per preemption, never per
+    decode token."""
+
+    def __init__(self) -> None:
+        self._chunks = Records(("id", "start_s", "end_s", "tokens"), ("start_s", "end_s"))
+        self._preemptions = Records(("id", "at_s"), ("at_s",))
+
+    def chunk(self, req: Request, start_s: float, end_s: float, tokens: int) -> None:
+        """`req` computed `tokens` prompt tokens in the pass from start_s to end_s. A forked
+        sample's rows name its parent, as its request row does (Outcomes folds it in)."""
+        self._chunks.add((start_s, end_s), (req.id if req.parent is None else req.parent, tokens))
+
+    def preempted(self, victims: list[Request], at_s: float) -> None:
+        """The victims were preempted while the pass starting at at_s was planned."""
+        for req in victims:
+            self._preemptions.add((at_s,), (req.id if req.parent is None else req.parent,))
+
+    def chunk_columns(self) -> dict[str, np.ndarray]:
+        """request_id, start_s, end_s, tokens: one row per chunk, in the order the passes ended."""
+        cols = self._chunks.columns()
+        return {"request_id": cols["id"].astype(np.int64), "start_s": cols["start_s"].copy(),
+                "end_s": cols["end_s"].copy(), "tokens": cols["tokens"].astype(np.int64)}
+
+    def preemption_columns(self) -> dict[str, np.ndarray]:
+        """request_id, at_s: one row per preemption, in time order."""
+        cols = self._preemptions.columns()
+        return {"request_id": cols["id"].astype(np.int64), "at_s": cols["at_s"].copy()}
