@@ -64,3 +64,16 @@ def test_a_group_cut_by_the_horizon_is_one_unfinished_row():
     outcomes.unfinished(alone)
     rows = _rows(log)
     assert [(rid, code) for rid, code, _, _ in rows] == [(1, OUTCOMES.index("unfinished")), (3, OUTCOMES.index("unfinished"))]
+
+
+def test_a_group_cut_by_the_horizon_counts_every_samples_preemptions():
+    log = RequestLog(())
+    outcomes = Outcomes(log)
+    parent = make_request(10, 5, rid=1, samples=3)
+    done, running = (make_request(10, 5, rid=rid, parent=1) for rid in (2, 3))
+    outcomes.forked(parent, 3)
+    parent.preemptions, done.preemptions, running.preemptions = 1, 2, 4
+    done.finish_s = 1.0
+    outcomes.finish(done, "completed")  # one sample ended before the horizon
+    outcomes.unfinished_all([running, parent])  # the row is closed by the still-running sample
+    assert _rows(log)[0][1:] == (OUTCOMES.index("unfinished"), 1.0, 1 + 2 + 4)

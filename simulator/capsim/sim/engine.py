@@ -94,11 +94,11 @@ class Engine(Intake):
         self.events = self._clock_stops + env.events_scheduled()
         if self.pull and self.horizon_s is not None:  # arrived during the step the horizon cut short
             self._pull(math.nextafter(self.horizon_s, -math.inf))
-        for rep in self.replicas:
-            for req in list(rep.running.decoders()) + list(rep.waiting):
-                self.outcomes.unfinished(req)
-        for req in self.handoff.moving.values() if self.handoff else ():  # KV still on the link
-            self.outcomes.unfinished(req)
+        left: list[Request] = [req for rep in self.replicas
+                               for req in list(rep.running.decoders()) + list(rep.waiting)]
+        if self.handoff:  # KV still on the link
+            left += list(self.handoff.moving.values())
+        self.outcomes.unfinished_all(left)
         return self.now_s if self.pull else env.now
 
     def _run_alone(self, rep: Replica) -> None:

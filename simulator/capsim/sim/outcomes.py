@@ -50,6 +50,18 @@ class Outcomes:
         if waiter is not None:
             waiter.succeed(outcome)
 
+    def unfinished_all(self, reqs: list[Request]) -> None:
+        """At the horizon: every request still queued, running or moving is unfinished. A group's
+        row counts the preemptions and recomputed tokens of all its samples, so those of every
+        sample still running are added to its parent before the first of them closes the row."""
+        for req in reqs:
+            group = self._groups.get(req.parent) if req.parent is not None else None
+            if group is not None and req is not group[0]:
+                group[0].preemptions += req.preemptions
+                group[0].recomputed_tokens += req.recomputed_tokens
+        for req in reqs:
+            self.unfinished(req)
+
     def unfinished(self, req: Request) -> None:
         """At the horizon: every sample of a group still running makes the group unfinished."""
         key = req.id if req.parent is None else req.parent
