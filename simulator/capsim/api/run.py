@@ -56,7 +56,7 @@ def build_replica(setup: Setup, index: int = 0, num_classes: int = 1) -> Replica
     if spec is not None and spec.draft_model is not None:
         draft = CostModel(load_model(spec.draft_model), setup.hardware, setup.weights, setup.kv_cache, mode=w.mode,
                           unit_step_s=0.0, engine=setup.engine, tp=w.tp)
-    cost = _cost_model(setup, draft)
+    cost = cost_model_for(setup, draft)
     schedule = TokenSchedule.for_speculation(spec.draft_tokens, spec.acceptance_rate) if spec else TokenSchedule()
     running = RunningSet(kv.block_size, cost.window if w.mode == "realistic" else 0, num_classes, schedule)
     swap = None
@@ -66,7 +66,8 @@ def build_replica(setup: Setup, index: int = 0, num_classes: int = 1) -> Replica
                          setup.hardware.interconnect.pcie_bytes_per_s)
     return Replica(index, scheduler, kv, cost, running, swap=swap)
 
-def _cost_model(setup: Setup, draft: CostModel | None) -> CostModel:
+
+def cost_model_for(setup: Setup, draft: CostModel | None) -> CostModel:
     """The replica's pricing: the model on its TP group, or with pp > 1 one virtual engine of the
     pipeline (capsim.cost.parallel.PipelineCost on the largest stage)."""
     w, spec = setup.workload, setup.workload.speculative

@@ -156,7 +156,7 @@ def capacity(workload, objectives: Objectives, *, users: bool = False, start: fl
     for combo in combos:  # fail fast on a set-up that cannot run, before any search starts
         prepare(_at(w, over, 1, think_time_s), given | combo | ({} if users else {"rate": start}))
     searches = [Search(start, tolerance, points_per_round, users) for _ in combos]
-    job = _Job(w, given, over, think_time_s, objectives, price)
+    job = ProbeJob(w, given, over, think_time_s, objectives, price)
     with Runner(workers, dask_scheduler) as runner:
         points = job.search(runner, combos, searches, progress)
         rows = [_answer(job, s, n, combo, points, tolerance) for n, (combo, s) in enumerate(zip(combos, searches))]
@@ -194,8 +194,9 @@ def _at(w, over: str, x, think_time_s):
     return with_users(w, x, think_time_s) if over == "users" else w
 
 
-class _Job:
-    """What every point of a capacity run shares: workload, overrides, objectives, price."""
+class ProbeJob:
+    """What every probe of a capacity search (and of `capsim plan`'s replica search) shares:
+    workload, overrides, objectives, price; `run` simulates a round of probes."""
 
     def __init__(self, w, given, over, think_time_s, objectives, price) -> None:
         self.w, self.given, self.over, self.think, self.objectives, self.price = w, given, over, think_time_s, objectives, price
@@ -268,7 +269,7 @@ class _Job:
                       "usd_per_hour_at_target": per_hour, **{f"{k}_at_target": v for k, v in cost.items()}}
 
 
-def _answer(job: _Job, search: Search, n: int, combo: dict, points: list[dict], tolerance: float) -> dict:
+def _answer(job: ProbeJob, search: Search, n: int, combo: dict, points: list[dict], tolerance: float) -> dict:
     """The set-up's answer row: capacity (None if no load met the objectives) and its record."""
     lo, hi = search.bounds()
     mine = [p for p in points if p["combination"] == n]

@@ -27,7 +27,7 @@ import pandas as pd
 
 from capsim.api import apply_overrides
 from capsim.errors import CapsimError
-from capsim.planning.capacity import _Job, probe_requests
+from capsim.planning.capacity import ProbeJob, probe_requests
 from capsim.planning.parallel import Runner
 from capsim.planning.plan_bounds import PRUNE_REASONS, Bounds, candidate_bounds, traffic
 from capsim.planning.plan_output import explain, launch_commands, order, pareto_front, summarise_rows
@@ -129,7 +129,7 @@ def plan(workload, objectives: Objectives, space: SearchSpace, *, rate: float | 
     cost_models: dict = {}
     bounds = [candidate_bounds(w, c, demand, objectives, space.budget_gpus, price, cost_models) for c in candidates]
     searches = [ReplicaSearch(i, b) for i, b in enumerate(bounds) if b.pruned_by is None]
-    job = _Job(w, given, over, think_time_s, objectives, price)
+    job = ProbeJob(w, given, over, think_time_s, objectives, price)
     points: list[dict] = []
     with Runner(workers, dask_scheduler) as runner:
         _search(job, runner, searches, over, load, points, progress, front_within)
@@ -194,7 +194,7 @@ def _search(job, runner, searches: list[ReplicaSearch], over: str, load: float, 
             n = s.propose()
             combo = s.bounds.candidate.overrides() | {"combination": s.index}
             jobs.append((s, n, combo))
-        # capacity's _Job.run reports (simulations so far, so far + this round's); the total shown
+        # capacity's ProbeJob.run reports (simulations so far, so far + this round's); the total shown
         # counts one more simulation for every candidate still searching.
         extra = len(active) - len(jobs)
         tick = None if progress is None else (lambda done, total: progress(done, total + extra))

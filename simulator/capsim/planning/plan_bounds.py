@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from capsim.api import apply_overrides, resolve
-from capsim.api.run import _cost_model
+from capsim.api.run import cost_model_for
 from capsim.core.plan import StepPlan
 from capsim.core.request import Request
 from capsim.cost.parallel import ShapedCost
@@ -227,13 +227,13 @@ def candidate_bounds(w: WorkloadConfig, candidate: Candidate, demand: Traffic, o
 
 
 def _bound_model(setup, cost_models: dict) -> BoundModel:
-    """The candidate's step pricing, built as the simulation builds it (capsim.api.run._cost_model)
+    """The candidate's step pricing, built as the simulation builds it (capsim.api.run.cost_model_for)
     and shared by candidates that differ only in batch limits."""
     w = setup.workload
     key = (setup.model.name, setup.hardware.name, setup.weights.name, setup.kv_cache.name, w.mode,
            setup.engine.name if setup.engine else None, w.tp, w.pp, w.ep, str(w.pp_link), str(w.ep_link))
     if key not in cost_models:
-        cost_models[key] = (_cost_model(setup, None), {})
+        cost_models[key] = (cost_model_for(setup, None), {})
     cost, memo = cost_models[key]
     return BoundModel(cost, setup.max_num_batched_tokens, w.scheduler.kind == "chunked", memo)
 
