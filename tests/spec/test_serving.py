@@ -149,3 +149,21 @@ def test_an_extends_cycle_or_unknown_parent_is_a_clear_error(tmp_path, monkeypat
             serving.engine_catalog()
     finally:
         serving.engine_catalog.cache_clear()
+
+
+def test_sglang_derives_its_running_request_limit_from_the_kv_pool():
+    rule = load_engine("sglang").max_num_seqs_from_pool
+    # 1,000,000 pool tokens at a 131,072-token context: int(1e6 / 131072 x 512) = 3,906 requests,
+    # inside SGLang's [2,048, 5,120] and under half the pool.
+    assert rule.limit(1_000_000, 131_072) == 3906
+    assert rule.limit(100_000, 131_072) == 2048  # the floor
+    assert rule.limit(5_000_000, 8_192) == 5120  # the cap
+    assert rule.limit(3_000, 131_072) == 1500  # never more than half the pool's tokens
+    w = workload("h200", model="llama-3.1-70b", engine="sglang", tp=4, scheduler=None, gpu_memory_utilization=None,
+                 max_model_len=None)  # the model's own 131,072-token context, as SGLang by default
+    setup = resolve(w, "w.yaml")
+    assert setup.memory.kv_tokens > 1_000_000
+    assert setup.workload.scheduler.max_num_seqs == rule.limit(setup.memory.kv_tokens, 131_072) > 4000
+    given = resolve(workload("h200", model="llama-3.1-70b", engine="sglang", tp=4,
+                             scheduler={"max_num_seqs": 64}, gpu_memory_utilization=None), "w.yaml")
+    assert given.workload.scheduler.max_num_seqs == 64  # --max-running-requests given: kept

@@ -90,6 +90,7 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
     weights = get_format(w.weights, where=f"{source}: field 'weights'")
     kv_fmt = get_format(w.kv_cache, for_kv=True, where=f"{source}: field 'kv_cache'")
     engine = _engine(w, source)
+    seqs_given = "max_num_seqs" in _scheduler_keys_given(w)
     w = with_engine_defaults(w, engine, hardware)
     _check_tp(model, w.tp, source)
     stage = stage_model(model, w.pp, source) or rank_model(model, w.ep, source)
@@ -128,6 +129,11 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
             f"for the KV cache on {hardware.name} ({hardware.memory_bytes / 2**30:.0f} GiB x "
             f"gpu_memory_utilization {w.gpu_memory_utilization}). Use a smaller model or weight format, or a bigger GPU."
         )
+    if engine is not None and engine.max_num_seqs_from_pool is not None and not seqs_given:
+        # The engine sizes its request limit from the pool after sizing the pool, so the limit
+        # never feeds back into the memory budget.
+        seqs = engine.max_num_seqs_from_pool.limit(memory.kv_tokens, max_model_len)
+        w = w.model_copy(update={"scheduler": w.scheduler.model_copy(update={"max_num_seqs": seqs})})
     return Setup(w, source, base_dir, model, hardware, weights, kv_fmt, allocator, max_model_len, budget, memory,
                  engine, stage)
 
@@ -165,7 +171,7 @@ def with_engine_defaults(w: WorkloadConfig, engine: EngineProfile | None, hardwa
     if engine is None:
         return w
     defaults = engine.scheduler_for(hardware.memory_visible_bytes or hardware.memory_bytes, hardware.name)
-    given = w.scheduler.model_fields_set if "scheduler" in w.model_fields_set else set()
+    given = _scheduler_keys_given(w)
     if "kind" in given and w.scheduler.kind != defaults.kind:
         # The engine's token budget belongs to its own batching mode: vLLM with chunked prefill
         # turned off defaults to max(max_model_len, 2048), which resolve() applies to an unset budget.
@@ -176,6 +182,10 @@ def with_engine_defaults(w: WorkloadConfig, engine: EngineProfile | None, hardwa
     if "gpu_memory_utilization" not in w.model_fields_set:
         update["gpu_memory_utilization"] = engine.gpu_memory_utilization
     return w.model_copy(update=update)
+
+def _scheduler_keys_given(w: WorkloadConfig) -> set[str]:
+    """The scheduler keys the workload (or the command line) sets itself."""
+    return set(w.scheduler.model_fields_set) if "scheduler" in w.model_fields_set else set()
 
 def _check_some_request_fits(w: WorkloadConfig, max_model_len: int, source: str) -> None:
     """Closed-loop users with no think time and only a duration to stop them would resend rejected

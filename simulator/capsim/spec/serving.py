@@ -40,6 +40,22 @@ class LargeGpuDefaults(Frozen):
     max_num_batched_tokens: int = Field(gt=0)
 
 
+class PoolDerivedSeqs(Frozen):
+    """A running-request limit the engine derives from its KV pool when none is given (SGLang):
+    min(pool tokens x pool_fraction, clamp(pool tokens / context length x per_context_tokens, floor,
+    cap)). It replaces `scheduler.max_num_seqs` unless the workload sets max_num_seqs."""
+
+    per_context_tokens: float = Field(gt=0, description="requests per context length of pool tokens")
+    floor: int = Field(gt=0)
+    cap: int = Field(gt=0)
+    pool_fraction: float = Field(gt=0, le=1, description="at most this share of the pool's tokens")
+
+    def limit(self, pool_tokens: int, context_tokens: int) -> int:
+        """The running-request limit for a pool of this many tokens and this context length."""
+        by_context = min(max(int(pool_tokens / context_tokens * self.per_context_tokens), self.floor), self.cap)
+        return max(1, min(int(pool_tokens * self.pool_fraction), by_context))
+
+
 class ElementwiseBytes(Frozen):
     """Memory traffic of the non-GEMM kernels (norms, rope, activation function, residual adds,
     dtype conversions) per token per layer: hidden x hidden_size + intermediate x MLP width bytes."""
@@ -100,6 +116,7 @@ class EngineProfile(Frozen):
         "total_fraction", description="total x utilisation - the rest (vLLM, SGLang), or (total - the rest) "
         "x fraction (TensorRT-LLM's kv_cache_free_gpu_mem_fraction)")
     scheduler_large_gpu: LargeGpuDefaults | None = None
+    max_num_seqs_from_pool: PoolDerivedSeqs | None = None
     cuda_graphs: bool = True
     cuda_graph_max_batch: int | None = Field(None, gt=0, description="larger decode batches run eagerly")
     kernels_per_layer: float = Field(gt=0)

@@ -192,7 +192,10 @@ def workload_for(point: dict) -> WorkloadConfig:
         data["output_tokens"] = {"dist": "fixed", "value": 1}
     total = (data["prompt_tokens"].get("value", data["prompt_tokens"].get("max", SHAREGPT_MAX_PROMPT))
              + data["output_tokens"].get("value", data["output_tokens"].get("max", SHAREGPT_MAX_OUTPUT)))
-    data.setdefault("max_model_len", max(2048, int(total) + 16))
+    if not data["engine"].startswith("sglang"):
+        data.setdefault("max_model_len", max(2048, int(total) + 16))
+    # SGLang servers run at the model's own context length unless told otherwise, and that length
+    # sets their running-request limit (engines.yaml, max_num_seqs_from_pool): left to the model.
     # The published figures are a benchmark client's, over every request it sent (vLLM's and
     # SGLang's bench_serving, TensorRT-LLM's benchmark, llama-bench, MLPerf's LoadGen): the whole
     # run, with no warm-up or cool-down left out.
