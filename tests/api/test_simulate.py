@@ -98,3 +98,13 @@ def test_a_run_builds_its_tables_only_when_asked():
             "assert len(r.steps) == r.summary['num_steps']; print('ok')")
     done = subprocess.run([sys.executable, "-c", code], check=False, cwd=REPO, capture_output=True, text=True)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_run_result_crosses_processes_whole(round_gpu_file):
+    # run --seeds hands the first seed's RunResult back from a worker process: it must pickle.
+    import pickle
+    w = workload(round_gpu_file, engine="vllm", scheduler={"kind": "chunked", "max_num_batched_tokens": 64})
+    result = simulate(w)
+    copy = pickle.loads(pickle.dumps(result))
+    assert copy.fingerprint() == result.fingerprint()
+    assert len(copy.prefill_chunks) == len(result.prefill_chunks) > 40  # prompts of up to 200 in 64-token chunks

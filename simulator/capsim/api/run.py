@@ -151,8 +151,8 @@ def _collector_paused():
 
 def _result(setup: Setup, engine: Engine, end_s: float, objectives: Objectives, percentiles: tuple[float, ...],
             price, command_source: str, pools: Pools | None = None) -> RunResult:
-    requests = engine.requests.columns()
     log, cm = engine.steps, engine.replicas[0].cost
+    requests = engine.requests.columns(log.spans_by_replica() if cm.output_lag_steps() else None)
     if log.large:  # summarise in chunks; the table gets one row per macro-step, when asked for
         totals = log.totals(cm.decode_detail)
         table = partial(step_table, partial(log.segment_columns, cm.decode_detail))
@@ -193,7 +193,9 @@ def _result(setup: Setup, engine: Engine, end_s: float, objectives: Objectives, 
     return RunResult(setup, summary, gaps, partial(request_table, requests, class_names, reasons), table,
                      parts, steps_per_row=log.large, events=engine.events,
                      provenance=provenance(setup, summary, objectives), window=window,
-                     _chunk_table=engine.phases.chunk_columns, _preemption_table=engine.phases.preemption_columns)
+                     # columns, not the log: a RunResult crosses processes (run --seeds keeps the first)
+                     _chunk_table=partial(dict, engine.phases.chunk_columns()),
+                     _preemption_table=partial(dict, engine.phases.preemption_columns()))
 
 def kv_fit(requests: dict[str, np.ndarray], kv_tokens: int, max_model_len: int) -> dict:
     """Concurrent sequences the KV cache holds: at the workload's mean request length (prompt +
