@@ -7,7 +7,7 @@ from capsim.cost.roofline import CostModel
 from capsim.spec.serving import EngineProfile, engine_catalog, load_engine
 from capsim.errors import CapsimError
 from capsim.spec.formats import get_format
-from capsim.api import resolve
+from capsim.api import resolve, simulate
 from helpers import workload
 
 ENGINE_FIELDS_WITH_NUMBERS = ("scheduler", "overhead", "kernels_per_layer", "kernel_efficiency", "memory")
@@ -167,3 +167,24 @@ def test_sglang_derives_its_running_request_limit_from_the_kv_pool():
     given = resolve(workload("h200", model="llama-3.1-70b", engine="sglang", tp=4,
                              scheduler={"max_num_seqs": 64}, gpu_memory_utilization=None), "w.yaml")
     assert given.workload.scheduler.max_num_seqs == 64  # --max-running-requests given: kept
+
+
+def test_an_overlap_scheduler_hands_each_token_on_after_the_next_step():
+    # Two requests 0.5 s apart on one H100, SGLang 0.4 (overlap scheduler) and 0.3 (none): a token
+    # leaves at the end of the replica's next step, so TTFT is the prefill step, the first decode
+    # step and the front end; the last token, with no step right after it, leaves when its step ends.
+    def run(engine):
+        w = workload("h100-sxm", model="llama-3.1-8b", engine=engine, scheduler=None, gpu_memory_utilization=None,
+                     max_model_len=None, arrivals={"kind": "constant", "rate_per_s": 2.0}, requests=2,
+                     prompt_tokens={"dist": "fixed", "value": 300}, output_tokens={"dist": "fixed", "value": 5})
+        return simulate(w)
+    lagged, plain = run("sglang@0.4"), run("sglang@0.3")
+    steps, req = lagged.steps, lagged.requests
+    ends = steps["end_s"].to_numpy()
+    front_ms = (3e-3 + 2e-6 * 300) * 1e3
+    for i, arrival in enumerate(req["arrival_s"]):
+        mine = ends[(ends > arrival) & (ends < arrival + 0.5)]
+        assert len(mine) == 5  # a prefill step and four decode steps, before the next arrival
+        assert req["ttft_ms"][i] == pytest.approx((mine[1] - arrival) * 1e3 + front_ms)
+        assert req["e2el_ms"][i] == pytest.approx((mine[-1] - arrival) * 1e3 + front_ms)  # the replica idles next
+    assert plain.requests["ttft_ms"][0] == pytest.approx((plain.steps["end_s"][0] - 0.0) * 1e3 + 4.0)

@@ -62,7 +62,7 @@ def test_sglang_random_lengths_are_uniform_up_to_the_stated_length(points):
     assert (w.prompt_tokens.dist, w.prompt_tokens.min, w.prompt_tokens.max) == ("uniform", 1, 1024)
     assert (w.output_tokens.min, w.output_tokens.max) == (1, 1024)
     assert w.arrivals.kind == "poisson" and w.arrivals.rate_per_s == 1.0 and w.requests == 300
-    assert (w.engine, w.tp, w.gpu) == ("sglang@0.3", 4, "h200")
+    assert (w.engine, w.tp, w.gpu) == ("sglang@0.4", 4, "h200")  # its December 2024 image: overlap scheduler
 
 
 def test_mlperf_prompts_follow_the_published_openorca_histogram(points):

@@ -55,6 +55,7 @@ class Rates:
     kv_read_per_query_head: bool  # attention re-reads a KV head for each query head sharing it (no GQA reuse)
     request_s: float  # front-end time per request (not GPU time), added to its TTFT and E2EL ...
     prompt_token_s: float  # ... plus this per prompt token (tokenisation)
+    output_lag_steps: int = 0  # steps after its own that a token reaches the front end (overlap scheduler)
     tp: int = 1
     allreduce_latency_s: float = 0.0
     link_bytes_per_s: float = 1.0
@@ -131,6 +132,7 @@ def realistic_rates(hardware: HardwareProfile, engine: EngineProfile | None, wei
         kv_read_per_query_head=engine is not None and engine.attention_kv_reuse == "per_query_head",
         request_s=eng_over.request_s if eng_over else 0.0,
         prompt_token_s=eng_over.prompt_token_s if eng_over else 0.0,
+        output_lag_steps=eng_over.output_lag_steps if eng_over else 0,
         tp=tp,
         allreduce_latency_s=(engine.allreduce_latency_s if engine is not None and engine.allreduce_latency_s is not None
                              else hardware.interconnect.allreduce_latency_s),

@@ -189,6 +189,14 @@ class CostModel(DecodeRuns):
             return 0.0, 0.0
         return r.request_s, r.prompt_token_s
 
+    def output_lag_steps(self) -> int:
+        """Steps after its own that a token reaches the front end: 1 with an overlap scheduler
+        (realistic mode only)."""
+        r = self.rates
+        if r is None or self.mode != "realistic":
+            return 0
+        return r.output_lag_steps
+
     def fixed_seconds(self, num_tokens: int, num_seqs: int, decode_only: bool) -> tuple[float, float]:
         """(overhead_s, allreduce_s) of a step: host time, per-layer and per-kernel GPU fixed
         times; and the TP all-reduces. Zero in document mode."""

@@ -94,9 +94,11 @@ def front_end_line(cm: CostModel, prompt_tokens: float) -> str:
     """The serving front end's time per request (in TTFT and E2EL, not in a step) at this prompt length."""
     per_request, per_token = cm.front_end()
     total = per_request + per_token * prompt_tokens
+    lag = ("; the overlap scheduler hands each token on after the replica's next step, so the first and last "
+           "token arrive one step later" if cm.output_lag_steps() else "")
     return (f"per request, off the GPU: front end (HTTP, tokenising, hand-off, detokenising) {total * 1e3:.3f} ms = "
             f"{per_request * 1e3:.3g} ms + {per_token * 1e6:.3g} us x {prompt_tokens:,.0f} prompt tokens, "
-            "added to TTFT and E2EL")
+            "added to TTFT and E2EL" + lag)
 
 
 def render(items: list[Explained], cm: CostModel, prompt_tokens: float | None = None) -> str:

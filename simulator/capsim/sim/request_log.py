@@ -47,11 +47,14 @@ class RequestLog:
              req.recomputed_tokens, req.replica, -1 if req.user is None else req.user, 1 if req.first_of_user else 0,
              req.class_index, req.samples))
 
-    def columns(self) -> dict[str, np.ndarray]:
+    def columns(self, lag_spans: dict[int, tuple[np.ndarray, np.ndarray]] | None = None) -> dict[str, np.ndarray]:
         """The requests table as numpy columns in request-id order: the categorical ones as codes
         (outcome: index into OUTCOMES; reject_reason: index into reject_reasons, -1 for none;
         class_index; user: -1 for none; first_of_user: its closed-loop user's first request), then the derived latencies in ms (tpot_ms: NaN below
-        two tokens; TTFT and E2EL include the front end's time). summarize() reads these; frame() turns them into the DataFrame."""
+        two tokens; TTFT and E2EL include the front end's time). summarize() reads these; frame() turns them into the DataFrame.
+        lag_spans (StepLog.spans_by_replica, for an overlap scheduler): the first and last token
+        reach the front end at the end of their replica's next step when that step starts at once
+        (an idle scheduler hands a step's output on straight away)."""
         cols = self._rows.columns()
         order = np.argsort(cols["id"], kind="stable")
 
@@ -69,6 +72,9 @@ class RequestLog:
             "replica": take("replica", np.int16), "user": take("user", np.int64),
             "first_of_user": take("first_of_user", np.bool_),
         }
+        if lag_spans is not None:
+            for name in ("first_token_s", "finish_s"):
+                out[name] = _after_next_step(out[name], out["replica"], lag_spans)
         ms = 1e3
         per_request, per_token = self.front_end
         if per_request or per_token:
@@ -84,6 +90,21 @@ class RequestLog:
                   where=out["generated_tokens"] > 1)
         out["tpot_ms"] = tpot
         return out
+
+
+def _after_next_step(times: np.ndarray, replica: np.ndarray,
+                     spans: dict[int, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Each time (a step's end) moved to the end of its replica's next step if that step starts
+    then; unchanged when the replica idles first or runs no later step, or the time is NaN."""
+    out = times.copy()
+    for r, (starts, ends) in spans.items():
+        mine = np.flatnonzero((replica == r) & ~np.isnan(times))
+        nxt = np.searchsorted(ends, times[mine], side="right")
+        later = nxt < len(ends)
+        mine, nxt = mine[later], nxt[later]
+        at_once = starts[nxt] <= times[mine] + 1e-9  # back to back (1 ns: the float sums of step times)
+        out[mine[at_once]] = ends[nxt[at_once]]
+    return out
 
 
 class GapLog:

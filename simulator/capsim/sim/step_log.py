@@ -76,6 +76,26 @@ class StepLog:
     def segment_ends(self) -> np.ndarray:
         return np.frombuffer(self._ends, dtype=np.float64)
 
+    def spans_by_replica(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """(start times, end times) of every forward pass per replica, in time order (where a
+        token emitted at a step's end waits for the replica's next step: RequestLog.columns)."""
+        single = self._single.columns()
+        seg = self._seg()
+        seg_ends = self.segment_ends
+        seg_starts = np.empty_like(seg_ends)  # a macro-step's steps run back to back from its start
+        seg_starts[1:] = seg_ends[:-1]
+        seg_starts[seg["first"]] = seg["start"]
+        ends = np.concatenate([single["end_s"], seg_ends])
+        starts = np.concatenate([single["end_s"] - single["duration_s"], seg_starts])
+        replica = np.concatenate([single["replica"].astype(np.int64), np.repeat(seg["replica"].astype(np.int64),
+                                                                               seg["k"].astype(np.int64))])
+        out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for r in np.unique(replica):
+            mine = np.flatnonzero(replica == r)
+            order = mine[np.argsort(ends[mine], kind="stable")]
+            out[int(r)] = (starts[order], ends[order])
+        return out
+
     def add(self, r: StepRecord) -> None:
         """One general step."""
         self._single.add((r.end_s, r.duration_s, r.flops, r.bytes_),

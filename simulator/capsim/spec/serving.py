@@ -72,13 +72,19 @@ class EngineOverhead(Frozen):
     `request_s` + `prompt_token_s` x prompt tokens is the front end's time per request (HTTP,
     tokenising, handing the request to the engine process, detokenising and streaming back): it
     is on every request's path but not on the GPU's, so it adds to TTFT and E2EL and delays a
-    closed-loop user's next send, and never holds up a step."""
+    closed-loop user's next send, and never holds up a step.
+
+    `output_lag_steps` 1 is an overlap scheduler (SGLang 0.4+): the host launches step n+1 before
+    it processes step n's output, so every token leaves one step later than its step ends."""
 
     step_s: float = Field(0.0, ge=0)
     seq_s: float = Field(0.0, ge=0)
     steps_per_schedule: int = Field(1, gt=0)
     request_s: float = Field(0.0, ge=0, le=10.0, description="front-end time per request (added to TTFT and E2EL)")
     prompt_token_s: float = Field(0.0, ge=0, le=1e-3, description="front-end time per prompt token (tokenisation)")
+    output_lag_steps: int = Field(0, ge=0, le=1, description="1: an overlap scheduler hands a step's tokens to the "
+                                  "front end only after the replica's next step (its first and last tokens arrive "
+                                  "one step later)")
 
 
 class KernelEfficiency(Frozen):

@@ -62,7 +62,13 @@ def engine_for(point: dict) -> str:
             return "vllm"  # V1 engine (default since 0.8); the profile describes 0.10-0.11
         raise Skip(f"no engine profile for vLLM {version} (profiles: 0.5, 0.6 multi-step, V1 0.9-0.11)")
     if engine == "sglang":
-        return "sglang@0.3"  # the only SGLang profile; 0.4 builds are mapped to it
+        # the overlap scheduler is on from 0.4 (December 2024 on); DataCrunch's unstated version is
+        # its December 2024 Docker image
+        if version.startswith("0.3"):
+            return "sglang@0.3"
+        if version.startswith(("0.4", "0.5")) or "December 2024" in version or "2025" in version:
+            return "sglang@0.4"
+        raise Skip(f"no engine profile for SGLang {version!r} (profiles: 0.3, 0.4-0.5)")
     if engine in ("trt-llm", "nim"):
         # NIM serves TensorRT-LLM engines where NVIDIA built one for the GPU (its optimisation page:
         # 'The NVIDIA TensorRT-LLM accelerated NIM backend provides support for optimized versions of
