@@ -37,11 +37,19 @@ def model_listing(specs: dict | None = None, title: str = "Models (from their pu
     return title, columns, rows, data
 
 
+def _max_num_seqs(engine) -> int | str:
+    """The engine's running-request limit, or its rule when it derives it from the KV pool."""
+    rule = engine.max_num_seqs_from_pool
+    if rule is None:
+        return engine.scheduler.max_num_seqs
+    return f"from the KV pool ({rule.floor:,}-{rule.cap:,})"
+
+
 def engine_listing() -> tuple[str, list[str], list[list], dict]:
     cat = engine_catalog()
     columns = ["name", "version", "scheduler", "max_num_seqs", "max_num_batched_tokens", "block_size",
                "gpu_memory_utilization", "cuda_graphs", "kernels_per_layer", "step_ms", "seq_us"]
-    rows = [[e.name, e.version, e.scheduler.kind, e.scheduler.max_num_seqs,
+    rows = [[e.name, e.version, e.scheduler.kind, _max_num_seqs(e),
              e.scheduler.max_num_batched_tokens or "max(max_model_len, 2048)",
              e.scheduler.block_size, e.gpu_memory_utilization, e.cuda_graphs, e.kernels_per_layer,
              round(e.overhead.step_s * 1e3, 3), round(e.overhead.seq_s * 1e6, 1)] for e in cat.values()]
