@@ -11,7 +11,7 @@ duration, horizon or none; 1-4 replicas and every router; every scheduler, both 
 reservations, block sizes, KV from tight (preemption by recompute or swap, full swap space,
 rejections) to plenty, token budgets, max_model_len; prefix caching with shared prefixes and
 sessions; parallel samples; request classes; speculative decoding with and without a draft
-model; serving-engine profiles, one with multi-step scheduling; a sliding-window and
+model; serving-engine profiles, one with multi-step scheduling and one with an overlap scheduler; a sliding-window and
 linear-attention model; tensor parallelism; KV-cache format; realistic, document and unit mode.
 Combinations resolve() refuses (KV sharing on contiguous reservations) are not drawn.
 
@@ -97,7 +97,7 @@ def _server(draw, mode: str) -> dict:
     return {
         "model": dict(draw(st.sampled_from([TINY_MODEL, TINY_MODEL, TINY_HYBRID]))), "tp": draw(st.sampled_from([1, 1, 2])),
         "kv_cache": draw(st.sampled_from(["fp16", "fp16", "fp8"])),
-        "engine": draw(st.sampled_from([None, None, None, "vllm", "vllm@0.6-ms10"])) if mode == "realistic" else None,
+        "engine": draw(st.sampled_from([None, None, None, "vllm", "vllm@0.6-ms10", "sglang@0.4"])) if mode == "realistic" else None,
         "scheduler": {"kind": kind, "max_num_seqs": draw(st.integers(1, 8)), "block_size": block_size,
                       "max_num_batched_tokens": draw(st.sampled_from([16, 64, 512])) if kind == "chunked" else 4096,
                       "preemption": draw(st.sampled_from(["recompute", "swap"]))},
