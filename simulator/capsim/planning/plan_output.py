@@ -24,6 +24,11 @@ RECORD_KEYS = ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", 
                "slo_failures", "kv_utilisation", "mean_batch_size")
 
 
+
+def _count(n, noun: str) -> str:
+    """'1 GPU', '3 GPUs'."""
+    return f"{int(n)} {noun}{'' if int(n) == 1 else 's'}"
+
 def binding(record: dict, objectives: Objectives) -> tuple[str, float]:
     """(the objective furthest from being met, or nearest its limit; its value / limit). A ratio
     over 1 misses; for a goodput share it is required / achieved; a saturated point binds on
@@ -250,7 +255,7 @@ def explain(result) -> list[str]:
                          f"{c['pruned_by']} bound: {c['reason']}.")
         return lines
     feasible = sorted((r for r in rows if r.get("status") == "meets SLOs"), key=order)
-    lines.append(f"Winner: {_label(win)} x {win['replicas']} replicas = {win['gpus']} GPUs at "
+    lines.append(f"Winner: {_label(win)} x {_count(win['replicas'], 'replica')} = {_count(win['gpus'], 'GPU')} at "
                  f"{_money(win['usd_per_hour'])}/hour: the cheapest of {len(feasible)} deployments found meeting "
                  f"every SLO. Its tightest objective, {win['binding']}, is at {100 * win['binding_ratio']:.0f}% of its limit.")
     if win.get("one_fewer"):
@@ -258,7 +263,7 @@ def explain(result) -> list[str]:
         lines.append(f"With {fewer} replica{'s' if fewer > 1 else ''}: {win['one_fewer']}.")
     if len(feasible) > 1:
         r = feasible[1]
-        lines.append(f"Runner-up: {_label(r)} x {r['replicas']} = {r['gpus']} GPUs at {_money(r['usd_per_hour'])}/hour "
+        lines.append(f"Runner-up: {_label(r)} x {r['replicas']} = {_count(r['gpus'], 'GPU')} at {_money(r['usd_per_hour'])}/hour "
                      f"({_money(_diff(r, win))}/hour more).")
     near = [r for r in simulated if r.get("status") != "meets SLOs" and r.get("usd_per_hour") is not None
             and win["usd_per_hour"] is not None and r["usd_per_hour"] <= win["usd_per_hour"]]

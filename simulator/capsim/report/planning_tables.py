@@ -326,7 +326,8 @@ def winner_view(result) -> tuple[list[str], list[list[str]], list[str]]:
     if missing(r.get("replicas")):
         return ["field", "value"], rows + [["ruled out", f"{r['pruned_by']}: {r['reason']}"]], caption
     unit = "units x GPUs" if r.get("shape") == "disaggregated" else "replicas x GPUs"
-    rows += [[unit, f"{int(r['replicas'])} x {int(r['gpus']) // int(r['replicas'])} = {int(r['gpus'])} GPUs"],
+    gpus = int(r["gpus"])
+    rows += [[unit, f"{int(r['replicas'])} x {gpus // int(r['replicas'])} = {gpus} GPU{'' if gpus == 1 else 's'}"],
              ["$ per hour", num(r, "usd_per_hour", 2, prefix="$")],
              ["$ per 1M output tokens", num(r, "usd_per_m_output_tokens", 3, prefix="$")],
              ["per replica", f"{figure(r['replica_load'])} {'requests/s' if target['over'] == 'rate_per_s' else 'users'}"],
