@@ -89,3 +89,17 @@ def test_sliding_windows_and_recurrent_state_are_per_sequence_memory():
     assert per_block == 16 * 65536 and per_seq == arch.state_bytes_per_sequence(qwen)
     llama = load_model("llama-3.1-8b")
     assert block_layout(llama, 2.0, 16) == (16 * 131072, 0.0)
+
+
+def test_a_memory_budget_pickles_whole():
+    # A run's Setup crosses processes (run --seeds, sweeps); compiled, the frozen dataclass
+    # pickles through its own __reduce__, which must carry every field.
+    import dataclasses
+    import pickle
+
+    from capsim.cost.memory import MemoryBudget
+    values = {f.name: (i + 2 if f.type in (int, "int") else float(i) + 0.5 if f.type in (float, "float")
+                       else True if f.type in (bool, "bool") else f"rule{i}")
+              for i, f in enumerate(dataclasses.fields(MemoryBudget))}
+    budget = MemoryBudget(**values)
+    assert pickle.loads(pickle.dumps(budget)) == budget

@@ -44,6 +44,13 @@ class MemoryBudget:
     def kv_tokens(self) -> int:
         return self.num_blocks * self.block_size
 
+    def __reduce__(self) -> tuple:
+        """Pickled by its constructor: compiled, a frozen dataclass cannot be rebuilt field by
+        field, and a run's Setup crosses processes (run --seeds, sweeps)."""
+        return (MemoryBudget, (self.total_bytes, self.usable_bytes, self.weight_bytes, self.activation_bytes,
+                               self.reserve_bytes, self.state_bytes, self.kv_bytes, self.bytes_per_block,
+                               self.num_blocks, self.block_size, self.overridden, self.tp, self.rule, self.seq_units))
+
     def log_line(self) -> str:
         """The line to compare with the server's log (vLLM V0: '# GPU blocks: N')."""
         how = "given" if self.overridden else "computed"
