@@ -26,6 +26,7 @@ def test_interval():
     assert half == pytest.approx(3.1824463 * np.std([1, 2, 3, 4], ddof=1) / 2)
     assert interval([5.0]) == (5.0, None)
     assert interval([1.0, None])[1] is None
+    assert interval([0.74, 0.74, 0.74]) == (0.74, 0.0)  # equal values: exactly no spread, not float noise
 
 
 def test_aggregate_keeps_setup_takes_means_and_unions_flags():

@@ -79,6 +79,8 @@ def interval(values) -> tuple[float, float | None]:
     mean = float(x.mean())
     if len(x) < 2:
         return mean, None
+    if np.all(x == x[0]):  # equal values: no spread (std would give float noise such as 3e-16)
+        return float(x[0]), 0.0
     return mean, float(t_quantile_975(len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
 
 
