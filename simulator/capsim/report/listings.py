@@ -6,7 +6,7 @@ from __future__ import annotations
 from capsim.spec import architecture as arch
 from capsim.spec.catalog import hardware_catalog
 from capsim.spec.catalog import model_catalog
-from capsim.spec.serving import engine_catalog
+from capsim.spec.serving import EngineProfile, engine_catalog
 
 
 def gpu_listing() -> tuple[str, list[str], list[list], dict]:
@@ -37,7 +37,7 @@ def model_listing(specs: dict | None = None, title: str = "Models (from their pu
     return title, columns, rows, data
 
 
-def _max_num_seqs(engine) -> int | str:
+def _max_num_seqs(engine: EngineProfile) -> int | str:
     """The engine's running-request limit, or its rule when it derives it from the KV pool."""
     rule = engine.max_num_seqs_from_pool
     if rule is None:

@@ -11,6 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from capsim.spec.config import read_yaml, validate
+from capsim.spec.serving import load_engine
 from capsim.workload.schema import WorkloadConfig
 
 
@@ -198,10 +199,10 @@ def workload_for(point: dict) -> WorkloadConfig:
         data["output_tokens"] = {"dist": "fixed", "value": 1}
     total = (data["prompt_tokens"].get("value", data["prompt_tokens"].get("max", SHAREGPT_MAX_PROMPT))
              + data["output_tokens"].get("value", data["output_tokens"].get("max", SHAREGPT_MAX_OUTPUT)))
-    if not data["engine"].startswith("sglang"):
+    # An engine that sizes its request limit from the context length (SGLang: max_num_seqs_from_pool)
+    # keeps the model's own, as its servers ran without --context-length; the others get a short one.
+    if load_engine(data["engine"]).max_num_seqs_from_pool is None:
         data.setdefault("max_model_len", max(2048, int(total) + 16))
-    # SGLang servers run at the model's own context length unless told otherwise, and that length
-    # sets their running-request limit (engines.yaml, max_num_seqs_from_pool): left to the model.
     # The published figures are a benchmark client's, over every request it sent (vLLM's and
     # SGLang's bench_serving, TensorRT-LLM's benchmark, llama-bench, MLPerf's LoadGen): the whole
     # run, with no warm-up or cool-down left out.
