@@ -8,6 +8,7 @@ the same way, whatever pytest's import mode.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from capsim.core.request import Request
@@ -127,3 +128,11 @@ def run_main(*args) -> tuple[int, str, str]:
     finally:
         sys.argv = argv
     return code, out.getvalue(), err.getvalue()
+
+
+def script_module(name: str):
+    """A module of scripts/ (they are run as `python scripts/NAME.py`, not installed)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

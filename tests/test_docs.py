@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import os
-import importlib.util
 import re
 import shlex
 import subprocess
@@ -13,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import script_module
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -20,14 +20,6 @@ README = REPO / "README.md"
 # with its output, a table of commands, the accuracy in one line, links".
 README_MAX_LINES = 90
 README_MAX_BYTES = 7_000
-
-
-def _script(name: str):
-    """A module of scripts/ (they are run as `python scripts/NAME.py`, not installed)."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _section(text: str, heading: str) -> str:
@@ -109,7 +101,7 @@ def test_readme_lists_every_command():
 
 
 def test_cli_reference_is_current():
-    docs_cli = _script("docs_cli")
+    docs_cli = script_module("docs_cli")
     committed = (REPO / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
     assert committed == docs_cli.render(), "docs/reference/cli.md is stale: run `python scripts/docs_cli.py`"
 
@@ -131,7 +123,7 @@ def test_fidelity_page_is_written_from_a_validation_run(tmp_path):
     """One real point through the suite: the page and the README line carry its figures."""
     from capsim.validation.runner import run_suite
 
-    docs_fidelity = _script("docs_fidelity")
+    docs_fidelity = script_module("docs_fidelity")
     point = "xdai-rtx3090-llama3-8b-q4_k_m-tg512"
     outcomes = run_suite(None, only=[point], workers=1)
     (done,) = [o for o in outcomes if o.status == "ok"]

@@ -448,6 +448,12 @@ def test_two_file_options_on_one_path_are_refused(tmp_path):
     same = tmp_path / "x.out"
     clean_error(run_main(*FLAG_RUN, "--report", same, "--save-workload", same), "--save-workload", "the same path")
     clean_error(run_main(*FLAG_RUN, "--report", same, "--trace", same), "--trace", "the same file as --report")
+    # the workload file would create the folder the trace is then refused at (found by the CLI fuzzer)
+    nested = ("--trace", tmp_path / "out", "--save-workload", tmp_path / "out" / "w.yaml")
+    clean_error(run_main(*FLAG_RUN, *nested), "--trace", "--save-workload", "one lies inside the other")
+    clean_error(run_main(*FLAG_RUN, *nested[2:], "--trace", tmp_path / "out" / "w.yaml" / "t.json"), "one lies inside")
+    clean_error(run_main(*FLAG_RUN, "--save-workload", tmp_path / "out", "--report", tmp_path / "out" / "r.html"),
+                "--report", "--save-workload", "one lies inside the other")
     assert list(tmp_path.iterdir()) == []
 
 

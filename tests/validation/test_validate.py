@@ -11,7 +11,7 @@ from capsim.validation.runner import (GROUPS, Outcome, _shared_runs, find_suite,
                                       run_points, run_suite, write)
 from capsim.validation.mapping import Skip, engine_for, kv_format_for, predicted_value, workload_for
 from typer.testing import CliRunner
-from helpers import REPO
+from helpers import REPO, script_module
 
 SUITE = REPO / "validation"
 FAST = ["llamacpp-pr4766-rtx4090-codellama7b-f16-tg128", "llamacpp-pr4766-rtx4090-codellama7b-f16-pp512",
@@ -155,6 +155,16 @@ def test_points_read_off_one_run_share_one_simulation(points):
     a, b = run_points([ttft, tpot])
     assert (a.status, b.status) == ("ok", "ok") and a.predicted != b.predicted
     assert run_point(ttft).predicted == a.predicted  # the same simulation as the point's own
+
+
+def test_the_load_sensitivity_script_reruns_a_point_at_scaled_rates(points):
+    script = script_module("validation_load_sensitivity")
+    ttft = points["trtllm014-h100sxm-llama31-8b-bf16-467-256-qps2-ttft"]  # Poisson at 2 req/s
+    rows = script.sensitivity(ttft, [1.0, 4.0])
+    assert rows[0] == (1.0, run_point(ttft).predicted)  # factor 1 is the point's own simulation
+    assert rows[1][1] > rows[0][1]  # four times the load waits longer for its first token
+    with pytest.raises(SystemExit, match="no request rate"):
+        script.sensitivity(points["nim180-h100x2-llama33-70b-fp8-tp2-5000-500-c25-ttft"], [1.0])  # closed loop
 
 
 def test_a_steady_window_too_short_is_simulated_again_with_twice_the_requests(points, monkeypatch):

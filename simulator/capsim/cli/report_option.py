@@ -51,6 +51,19 @@ def check_output_file(option: str, path: Optional[Path], example: str, *folders:
                               f"written whole; put the file outside it (e.g. {example} beside it).")
 
 
+def check_files_apart(files: dict[str, Optional[Path]]) -> None:
+    """Refuse two file options on one path, or one inside the other: the first written would be
+    overwritten, or would create (or be) the folder the other is then refused at."""
+    given = [(option, path, Path(path).absolute()) for option, path in files.items() if path is not None]
+    for i, (option_a, a, abs_a) in enumerate(given):
+        for option_b, b, abs_b in given[i + 1:]:
+            if abs_a == abs_b:
+                raise CapsimError(f"{option_b} {short_path(b)}: the same file as {option_a}; give each its own name.")
+            if abs_a in abs_b.parents or abs_b in abs_a.parents:
+                raise CapsimError(f"{option_a} {short_path(a)} and {option_b} {short_path(b)}: one lies inside the "
+                                  "other, but both are files; give each its own name.")
+
+
 def write_report(path: Optional[Path], result, goals=None) -> list[Path]:
     """Write the report when --report was given; the paths written (for the 'wrote' line)."""
     if path is None:

@@ -14,7 +14,7 @@ from rich.text import Text
 from capsim.cli.common import (DaskOpt, PercentilesOpt, PlotsOpt, PriceOpt, ShareOpt, SloOpt, WorkersOpt, _dask_warning,
                                Workload, _goals, _outputs, _prices, _progress, _wrote, err, finite_float, out,
                                setup_options, workload_for)
-from capsim.cli.report_option import ReportOpt, check_output_file, check_report, write_report
+from capsim.cli.report_option import ReportOpt, check_files_apart, check_output_file, check_report, write_report
 from capsim.cli.run_files import TRACE_EVENTS
 from capsim.errors import CapsimError, short_path
 
@@ -92,11 +92,10 @@ def run(
 
 def _run_files(table_format, steps, trace, trace_events, trace_seconds, out_dir, plots, report, save_workload):
     """The files options, checked before the run (format, pyarrow, the trace's path: not a folder,
-    not --plots, --report or --save-workload's file)."""
+    not --plots, and neither --report's or --save-workload's file nor a folder above or below it)."""
     from capsim.cli.run_files import RunFiles
 
-    if trace is not None and trace.absolute() in [Path(p).absolute() for p in (report, save_workload) if p]:
-        raise CapsimError(f"--trace {short_path(trace)}: the same file as --report or --save-workload; give each its own name.")
+    check_files_apart({"--report": report, "--save-workload": save_workload, "--trace": trace})
     figures_in_out = plots is not None and out_dir is not None and Path(plots).absolute() == Path(out_dir).absolute()
     separate_plots = None if figures_in_out else plots  # a trace in the --out folder is run_files' to check
     check_output_file("--trace", trace, "trace.json", separate_plots)
