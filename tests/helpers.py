@@ -130,9 +130,9 @@ def run_main(*args) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def script_module(name: str):
-    """A module of scripts/ (they are run as `python scripts/NAME.py`, not installed)."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+def script_module(name: str, folder: str = "scripts"):
+    """A module of scripts/ or benchmarks/ (run as `python scripts/NAME.py`, not installed)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

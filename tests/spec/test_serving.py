@@ -1,6 +1,8 @@
 """Serving-engine profiles: the catalogue, `extends`, scheduling defaults applied where the
 workload is silent, and the engine terms the cost model adds (host time, kernels, graphs)."""
 
+import json
+
 import pytest
 from capsim.spec.catalog import load_hardware, load_model
 from capsim.cost.roofline import CostModel
@@ -8,7 +10,7 @@ from capsim.spec.serving import EngineProfile, engine_catalog, load_engine
 from capsim.errors import CapsimError
 from capsim.spec.formats import get_format
 from capsim.api import resolve, simulate
-from helpers import workload
+from helpers import script_module, workload
 
 ENGINE_FIELDS_WITH_NUMBERS = ("scheduler", "overhead", "kernels_per_layer", "kernel_efficiency", "memory")
 
@@ -167,6 +169,39 @@ def test_sglang_derives_its_running_request_limit_from_the_kv_pool():
     given = resolve(workload("h200", model="llama-3.1-70b", engine="sglang", tp=4,
                              scheduler={"max_num_seqs": 64}, gpu_memory_utilization=None), "w.yaml")
     assert given.workload.scheduler.max_num_seqs == 64  # --max-running-requests given: kept
+
+
+def test_vllm_0_11_0s_chat_endpoint_pays_its_templating_on_every_request():
+    base, v0110 = load_engine("vllm"), load_engine("vllm@0.11.0")
+    chat, completions = v0110.for_endpoint("chat").overhead, v0110.for_endpoint("completions").overhead
+    assert chat.request_s == pytest.approx(base.overhead.request_s + v0110.overhead.chat_request_s)
+    assert completions.request_s == base.overhead.request_s and chat.chat_request_s == completions.chat_request_s == 0
+    assert base.for_endpoint("chat") is base  # nothing chat-only to add
+
+    # Two requests 1 s apart on an idle H100: the same steps, each chat request 17 ms later in TTFT and E2EL.
+    def run(endpoint):
+        w = workload("h100-sxm", model="llama-3.1-8b", engine="vllm@0.11.0", scheduler=None, gpu_memory_utilization=None,
+                     arrivals={"kind": "constant", "rate_per_s": 1.0}, requests=2, endpoint=endpoint,
+                     prompt_tokens={"dist": "fixed", "value": 200}, output_tokens={"dist": "fixed", "value": 5})
+        return simulate(w)
+    chatted, completed = run("chat"), run("completions")
+    extra_ms = 1e3 * v0110.overhead.chat_request_s
+    assert extra_ms == pytest.approx(17.0)
+    for key in ("ttft_ms", "e2el_ms"):
+        assert list(chatted.requests[key] - completed.requests[key]) == pytest.approx([extra_ms] * 2)
+    assert completed.summary["setup"]["endpoint"] == "completions" and "endpoint" not in chatted.summary["setup"]
+    with pytest.raises(CapsimError, match="endpoint"):
+        workload("h100-sxm", endpoint="grpc")
+
+
+def test_the_chat_template_calibration_run_repeats_vllm_0_11_0s_per_request_work(tmp_path):
+    bench = script_module("chat_template_parse", folder="benchmarks")
+    template = ("{% for m in messages %}{{ m.content }}{% if loop.last and add_generation_prompt %}<a>{% endif %}"
+                "{% endfor %}{% generation %}{{ x }}{% endgeneration %}")
+    assert bench.per_request(template) == {"messages", "add_generation_prompt", "x"}  # parsed whole, tags included
+    config = tmp_path / "tokenizer_config.json"
+    config.write_text(json.dumps({"chat_template": template}))
+    assert bench.read_template(config) == template
 
 
 def test_an_overlap_scheduler_hands_each_token_on_after_the_next_step():

@@ -44,6 +44,9 @@ def test_engine_versions_and_unstated_formats_follow_the_documented_rules(points
     assert engine_for(points["xdai-rtx4090-llama3-8b-q4_k_m-tg4096"]) == "llama.cpp@2024-05"  # build 2834-2843
     assert engine_for(points["lambda-vllm054-h100sxm-mistral7b-sharegpt-n320-itl"]) == "vllm@0.5"
     assert engine_for(points["vllm060-a100-llama31-8b-sharegpt-rps4-tpot"]) == "vllm@0.6-ms10"
+    v0110 = points["gpustack-vllm0110-h100sxm-qwen3-8b-bf16-sharegpt-c1-ttft"]
+    assert engine_for(v0110) == "vllm@0.11.0"  # its chat endpoint templates every request
+    assert engine_for({**v0110, "engine_version": "v0.11.1"}) == "vllm"  # cached again from 0.11.1
     assert kv_format_for(points["trtllm10-h100sxm-llama31-8b-fp8-1000-1000"]) == "fp8_e4m3"  # TRT-LLM FP8 build
     assert kv_format_for(points["lambda-vllm054-h100sxm-llama31-8b-fp8-sharegpt-n320-output-tput"]) == "bf16"  # auto
     tp8 = workload_for(points["trtllm017-h100sxm-llama31-70b-fp8-tp8-1000-1000"])
@@ -115,7 +118,7 @@ def test_a_concurrency_sweep_without_a_rate_is_a_closed_loop(points):
 
 def test_a_max_concurrency_run_on_sharegpt_is_a_closed_loop_with_the_stated_means(points):
     w = workload_for(points["gpustack-vllm0110-h100sxm-qwen3-8b-bf16-sharegpt-c2-ttft"])  # vllm bench serve
-    assert w.engine == "vllm"  # "v0.11.0": the V1 profile
+    assert w.engine == "vllm@0.11.0" and w.endpoint == "chat"  # "v0.11.0", `--backend openai-chat`
     assert (w.arrivals.kind, w.arrivals.users, w.requests) == ("closed_loop", 2, 100)
     assert (w.prompt_tokens.dist, w.prompt_tokens.mean, w.output_tokens.mean) == ("lognormal", 232.6, 220.61)
 

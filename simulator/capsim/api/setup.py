@@ -90,6 +90,8 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
     weights = get_format(w.weights, where=f"{source}: field 'weights'")
     kv_fmt = get_format(w.kv_cache, for_kv=True, where=f"{source}: field 'kv_cache'")
     engine = _engine(w, source)
+    if engine is not None:
+        engine = engine.for_endpoint(w.endpoint)
     seqs_given = "max_num_seqs" in _scheduler_keys_given(w)
     w = with_engine_defaults(w, engine, hardware)
     _check_tp(model, w.tp, source)
@@ -254,4 +256,5 @@ def describe(setup: Setup) -> dict:
         "engine": setup.engine.name if setup.engine else None,
         "engine_version": setup.engine.version if setup.engine else None, "tp": w.tp,
         "gpu_memory_utilization": w.gpu_memory_utilization, "gpu_blocks_log_line": m.log_line(),
-    } | ({"pp": w.pp} if w.pp > 1 else {}) | ({"ep": w.ep} if w.ep > 1 else {})  # 1 adds no key: summaries stay as they were
+    } | ({"pp": w.pp} if w.pp > 1 else {}) | ({"ep": w.ep} if w.ep > 1 else {}) | (
+        {"endpoint": w.endpoint} if w.endpoint != "chat" else {})  # a default adds no key: summaries stay as they were

@@ -231,7 +231,7 @@ def _bound_model(setup, cost_models: dict) -> BoundModel:
     and shared by candidates that differ only in batch limits."""
     w = setup.workload
     key = (setup.model.name, setup.hardware.name, setup.weights.name, setup.kv_cache.name, w.mode,
-           setup.engine.name if setup.engine else None, w.tp, w.pp, w.ep, str(w.pp_link), str(w.ep_link))
+           setup.engine.name if setup.engine else None, w.endpoint, w.tp, w.pp, w.ep, str(w.pp_link), str(w.ep_link))
     if key not in cost_models:
         cost_models[key] = (cost_model_for(setup, None), {})
     cost, memo = cost_models[key]

@@ -75,7 +75,10 @@ class EngineOverhead(Frozen):
     closed-loop user's next send, and never holds up a step.
 
     `output_lag_steps` 1 is an overlap scheduler (SGLang 0.4+): the host launches step n+1 before
-    it processes step n's output, so every token leaves one step later than its step ends."""
+    it processes step n's output, so every token leaves one step later than its step ends.
+
+    `chat_request_s` is front-end time that only chat requests pay (templating the conversation),
+    added to request_s for a workload of `endpoint: chat` (the default), dropped for completions."""
 
     step_s: float = Field(0.0, ge=0)
     seq_s: float = Field(0.0, ge=0)
@@ -85,6 +88,8 @@ class EngineOverhead(Frozen):
     output_lag_steps: int = Field(0, ge=0, le=1, description="1: an overlap scheduler hands a step's tokens to the "
                                   "front end only after the replica's next step (its first and last tokens arrive "
                                   "one step later)")
+    chat_request_s: float = Field(0.0, ge=0, le=10.0, description="front-end time per chat-completions request on "
+                                  "top of request_s (templating the conversation; not paid by the completions endpoint)")
 
 
 class KernelEfficiency(Frozen):
@@ -154,6 +159,15 @@ class EngineProfile(Frozen):
             return self.scheduler
         return self.scheduler.model_copy(update={"max_num_seqs": big.max_num_seqs,
                                                  "max_num_batched_tokens": big.max_num_batched_tokens})
+
+    def for_endpoint(self, endpoint: str) -> EngineProfile:
+        """The profile as a run's requests see it: chat requests pay chat_request_s in request_s,
+        completions requests do not."""
+        over = self.overhead
+        if over.chat_request_s == 0.0:
+            return self
+        request_s = over.request_s + (over.chat_request_s if endpoint == "chat" else 0.0)
+        return self.model_copy(update={"overhead": over.model_copy(update={"request_s": request_s, "chat_request_s": 0.0})})
 
     def kernels_for(self, weight_only_quantised: bool) -> float:
         """Kernels launched per layer per step."""

@@ -59,6 +59,8 @@ def engine_for(point: dict) -> str:
         if "num_scheduler_steps" in version:
             raise Skip(f"no engine profile for vLLM {version.split(' (')[0]} run as the V0 engine with multi-step "
                        "scheduling (profiles: 0.5, 0.6 multi-step, V1 0.9-0.11)")
+        if version.startswith("0.11.0"):
+            return "vllm@0.11.0"  # its chat endpoint parses the chat template for every request
         if version.startswith(("0.9", "0.1")):
             return "vllm"  # V1 engine (default since 0.8); the profile describes 0.10-0.11
         raise Skip(f"no engine profile for vLLM {version} (profiles: 0.5, 0.6 multi-step, V1 0.9-0.11)")

@@ -352,6 +352,9 @@ class WorkloadConfig(Frozen):
     prefix_caching: bool = Field(False, description="reuse cached KV blocks of identical prefixes (vLLM APC)")
     replicas: int = Field(1, gt=0, le=4096, description="copies of the server behind a router")
     router: Literal["round_robin", "least_outstanding", "least_kv"] = "round_robin"
+    endpoint: Literal["chat", "completions"] = Field(
+        "chat", description="the API the clients call: chat (/v1/chat/completions, the conversation is templated "
+        "first) or completions (/v1/completions); only an engine with a chat-only front-end time tells them apart")
     swap_space_gib: float = Field(4.0, ge=0, le=2**20, description="host memory per replica for swapped-out KV (vLLM --swap-space)")
     speculative: Speculative | None = None
     serving: Serving | None = Field(None, description="deployment shape: disaggregated prefill/decode pools (docs/shapes.md)")
