@@ -117,12 +117,15 @@ def test_llama_cpp_pays_fp32_score_traffic_without_flash_attention(tiny_model, r
     assert extra == pytest.approx(1000 * 10 * 16)
 
 
-def test_fp16_accumulate_engines_get_the_geforce_fp16_accumulate_peak():
+def test_fp16_accumulate_engines_get_the_geforce_fp16_accumulate_peak_and_its_measured_share():
     model, f16 = load_model("llama-3.1-8b"), get_format("fp16")
     hw = load_hardware("rtx4090")
-    assert CostModel(model, hw, f16, f16, engine=load_engine("llama.cpp")).peak == 330.3e12
-    assert CostModel(model, hw, f16, f16, engine=load_engine("vllm")).peak == 165.2e12
-    assert CostModel(model, load_hardware("a100-80g"), f16, f16, engine=load_engine("llama.cpp")).peak == 312e12
+    acc16 = CostModel(model, hw, f16, f16, engine=load_engine("llama.cpp"))
+    acc32 = CostModel(model, hw, f16, f16, engine=load_engine("vllm"))
+    assert (acc16.peak, acc16.eta_fl) == (330.3e12, hw.efficiency.compute_by_dtype["fp16_acc16"])
+    assert (acc32.peak, acc32.eta_fl) == (165.2e12, hw.efficiency.compute)
+    a100 = CostModel(model, load_hardware("a100-80g"), f16, f16, engine=load_engine("llama.cpp"))
+    assert (a100.peak, a100.eta_fl) == (312e12, load_hardware("a100-80g").efficiency.compute)  # no separate rate
 
 
 def test_macro_steps_equal_step_by_step_with_an_engine_and_tp(round_gpu_file):

@@ -81,11 +81,13 @@ def _eff(value: float, factor: float) -> float:
     return min(1.0, value * factor)
 
 
-def _gemm_peak(hardware: HardwareProfile, engine: EngineProfile | None, weights: NumberFormat) -> float:
+def _gemm_dtype(engine: EngineProfile | None, weights: NumberFormat) -> str:
+    """The tensor-core rate the engine's GEMMs run at: the weights' compute dtype, or fp16 with fp16
+    accumulation for engines that ask cuBLAS for it (its peak and its measured share differ)."""
     dtype = weights.compute_dtype
     if engine is not None and engine.kernel_efficiency.fp16_accumulate and dtype == "fp16":
-        dtype = "fp16_acc16"
-    return hardware.peak_for(dtype)
+        return "fp16_acc16"
+    return dtype
 
 
 def realistic_rates(hardware: HardwareProfile, engine: EngineProfile | None, weights: NumberFormat,
@@ -108,11 +110,11 @@ def realistic_rates(hardware: HardwareProfile, engine: EngineProfile | None, wei
         eta_weights_bw=_eff(gemv, bw_factor),
         eta_stream_bw=_eff(eff.bandwidth, bw_factor),
         eta_attn_bw=_eff(eff.attention_bandwidth or eff.bandwidth, k.attention_bandwidth if k else 1.0),
-        eta_gemm=_eff(eff.compute_for(weights.compute_dtype), k.compute if k else 1.0),
+        eta_gemm=_eff(eff.compute_for(_gemm_dtype(engine, weights)), k.compute if k else 1.0),
         half_tokens=eff.compute_half_tokens,
         ramp_from_tokens=eff.compute_ramp_from_tokens,
         eta_attn_fl=_eff(eff.attention_compute or eff.compute, k.attention_compute if k else 1.0),
-        gemm_peak_flops=_gemm_peak(hardware, engine, weights),
+        gemm_peak_flops=hardware.peak_for(_gemm_dtype(engine, weights)),
         attn_peak_flops=hardware.peak_for("fp16"),
         vector_flops=hardware.peak_flops.get("fp32", hardware.peak_flops["fp16"] / 4),
         step_s=over.step_s + (eng_over.step_s if eng_over else 0.0),
