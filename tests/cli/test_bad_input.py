@@ -446,7 +446,7 @@ def test_file_options_that_cannot_be_written_are_refused_before_the_run(tmp_path
 def test_two_file_options_on_one_path_are_refused(tmp_path):
     pytest.importorskip("plotly")
     same = tmp_path / "x.out"
-    clean_error(run_main(*FLAG_RUN, "--report", same, "--save-workload", same), "--save-workload", "the same path")
+    clean_error(run_main(*FLAG_RUN, "--report", same, "--save-workload", same), "--save-workload", "the same file as --report")
     clean_error(run_main(*FLAG_RUN, "--report", same, "--trace", same), "--trace", "the same file as --report")
     # the workload file would create the folder the trace is then refused at (found by the CLI fuzzer)
     nested = ("--trace", tmp_path / "out", "--save-workload", tmp_path / "out" / "w.yaml")

@@ -65,8 +65,9 @@ def run(
     job = workload_for(workload, setup or {}, slo, goodput_share)
     outputs = _outputs("run", out_dir, plots)
     check_report(report, out_dir, plots)
-    check_output_file("--save-workload", save_workload, "workload.yaml", out_dir, plots, report)
-    files = _run_files(table_format, steps, trace, trace_events, trace_seconds, out_dir, plots, report, save_workload)
+    check_files_apart({"--report": report, "--save-workload": save_workload, "--trace": trace})
+    check_output_file("--save-workload", save_workload, "workload.yaml", out_dir, plots)
+    files = _run_files(table_format, steps, trace, trace_events, trace_seconds, out_dir, plots)
     if save_workload is not None:
         job = _save_workload(job, save_workload)
     goals, prices, qs = _goals(job.workload, slo, goodput_share), _prices(price_per_hour), parse_percentiles(percentiles)
@@ -90,12 +91,11 @@ def run(
     _wrote(write_report(report, result, goals))
 
 
-def _run_files(table_format, steps, trace, trace_events, trace_seconds, out_dir, plots, report, save_workload):
+def _run_files(table_format, steps, trace, trace_events, trace_seconds, out_dir, plots):
     """The files options, checked before the run (format, pyarrow, the trace's path: not a folder,
-    not --plots, and neither --report's or --save-workload's file nor a folder above or below it)."""
+    not --plots; apart from --report's and --save-workload's files: check_files_apart)."""
     from capsim.cli.run_files import RunFiles
 
-    check_files_apart({"--report": report, "--save-workload": save_workload, "--trace": trace})
     figures_in_out = plots is not None and out_dir is not None and Path(plots).absolute() == Path(out_dir).absolute()
     separate_plots = None if figures_in_out else plots  # a trace in the --out folder is run_files' to check
     check_output_file("--trace", trace, "trace.json", separate_plots)
