@@ -15,9 +15,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from capsim.api import simulate
 from capsim.validation.mapping import predicted_value, workload_for
-from capsim.validation.runner import find_suite, load_points
+from capsim.validation.runner import find_suite, load_points, steady_summary
 
 
 def sensitivity(point: dict, factors: list[float]) -> list[tuple[float, float]]:
@@ -28,7 +27,8 @@ def sensitivity(point: dict, factors: list[float]) -> list[tuple[float, float]]:
     out = []
     for factor in factors:
         arrivals = base.arrivals.model_copy(update={"rate_per_s": base.arrivals.rate_per_s * factor})
-        out.append((factor, predicted_value(point, simulate(base.model_copy(update={"arrivals": arrivals})).summary)))
+        # run as `capsim validate` runs it (a steady window too short for its requests is run longer)
+        out.append((factor, predicted_value(point, steady_summary(base.model_copy(update={"arrivals": arrivals})))))
     return out
 
 

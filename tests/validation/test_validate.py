@@ -47,6 +47,13 @@ def test_engine_versions_and_unstated_formats_follow_the_documented_rules(points
     v0110 = points["gpustack-vllm0110-h100sxm-qwen3-8b-bf16-sharegpt-c1-ttft"]
     assert engine_for(v0110) == "vllm@0.11.0"  # its chat endpoint templates every request
     assert engine_for({**v0110, "engine_version": "v0.11.1"}) == "vllm"  # cached again from 0.11.1
+    # TensorRT-LLM by release: the 2024 builds (0.11-0.14, MLPerf v4.1's harness) and 0.15 on
+    assert engine_for(points["trtllm013-h200-llama31-70b-fp8-tp1-1000-1000"]) == "trt-llm@0.13"
+    assert engine_for(points["trtllm014-h100sxm-llama31-8b-bf16-467-256-qps2-ttft"]) == "trt-llm@0.13"
+    assert engine_for(points["mlperf41-nvidia-h200x8-server-ttft-mean"]) == "trt-llm@0.13"
+    assert engine_for(points["trtllm017-h200-llama31-70b-fp8-tp1-1000-1000"]) == "trt-llm"
+    assert engine_for(points["mlperf51-nvidia-dgxb200x8-server-ttft-mean"]) == "trt-llm"
+    assert engine_for(points["nim180-h100x2-llama33-70b-fp8-tp2-5000-500-c1-ttft"]) == "trt-llm"
     assert kv_format_for(points["trtllm10-h100sxm-llama31-8b-fp8-1000-1000"]) == "fp8_e4m3"  # TRT-LLM FP8 build
     assert kv_format_for(points["lambda-vllm054-h100sxm-llama31-8b-fp8-sharegpt-n320-output-tput"]) == "bf16"  # auto
     tp8 = workload_for(points["trtllm017-h100sxm-llama31-70b-fp8-tp8-1000-1000"])
@@ -170,6 +177,24 @@ def test_the_load_sensitivity_script_reruns_a_point_at_scaled_rates(points):
         script.sensitivity(points["nim180-h100x2-llama33-70b-fp8-tp2-5000-500-c25-ttft"], [1.0])  # closed loop
 
 
+def test_the_operating_point_script_applies_littles_law_and_prices_one_step_there(points):
+    script = script_module("validation_operating_point")
+    ttft, tpot = points["mlperf51-nvidia-dgxb200x8-interactive-ttft-mean"], points["mlperf51-nvidia-dgxb200x8-interactive-tpot-mean"]
+    o = script.operating_point(ttft, tpot)
+    rate = 220.11 / 8  # the run's scheduled samples per second over its 8 copies of the model
+    ttft_s, tpot_s, out = ttft["measured"] * 1e-9, tpot["measured"] * 1e-9, ttft["output_tokens"]
+    assert o["rate_per_replica"] == pytest.approx(rate) and o["measured_step_s"] == pytest.approx(tpot_s)
+    assert o["in_flight"] == pytest.approx(rate * (ttft_s + (out - 1) * tpot_s)) == pytest.approx(257.1, abs=0.1)
+    assert o["decoding"] == pytest.approx(rate * (out - 1) * tpot_s)
+    assert o["prompt_tokens_per_step"] == round(rate * tpot_s * (o["mean_context"] - out / 2))
+    # capsim's step there: longer than the same batch decoding alone, shorter than that plus the prompt's own step
+    cost = script.cost_model_for(script.resolve(workload_for(ttft)), None)
+    n, ctx = round(o["decoding"]), round(o["decoding"] * o["mean_context"])
+    decode_only = cost.decode_seconds(n, ctx, 0)
+    prompt = script.StepPlan([script.Request(0, 0.0, o["prompt_tokens_per_step"], 1)], [o["prompt_tokens_per_step"]])
+    assert decode_only < o["capsim_step_s"] < decode_only + cost.step_cost(prompt).seconds
+
+
 def test_a_steady_window_too_short_is_simulated_again_with_twice_the_requests(points, monkeypatch):
     import capsim.validation.runner as runner
 
@@ -182,9 +207,9 @@ def test_a_steady_window_too_short_is_simulated_again_with_twice_the_requests(po
 
     monkeypatch.setattr(runner, "simulate", Run)
     w = workload_for(points["mlperf51-nebius-h200x8-server-ttft-mean"])  # a long MLPerf run: steady window
-    assert runner._steady_summary(w)["mean_ttft_ms"] == 1.0 and seen == [w.requests, 2 * w.requests]
+    assert runner.steady_summary(w)["mean_ttft_ms"] == 1.0 and seen == [w.requests, 2 * w.requests]
     seen.clear()
-    runner._steady_summary(workload_for(points["mlperf51-nebius-h200x8-offline-tokens"]))  # measured whole: once
+    runner.steady_summary(workload_for(points["mlperf51-nebius-h200x8-offline-tokens"]))  # measured whole: once
     assert len(seen) == 1
 
 

@@ -76,6 +76,9 @@ def engine_for(point: dict) -> str:
         # NIM serves TensorRT-LLM engines where NVIDIA built one for the GPU (its optimisation page:
         # 'The NVIDIA TensorRT-LLM accelerated NIM backend provides support for optimized versions of
         # common models across a number of NVIDIA GPUs'); NIM points name such a profile (GPU, precision, TP)
+        if engine == "trt-llm" and (version.startswith(("0.11", "0.12", "0.13", "0.14")) or "MLPerf v4.1" in version):
+            # the 2024 releases; MLPerf v4.1's harness is a mid-2024 build (round published 2024-08-28)
+            return "trt-llm@0.13"
         return "trt-llm"
     raise Skip(f"no engine profile for {engine!r}")
 

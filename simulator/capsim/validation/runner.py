@@ -102,7 +102,7 @@ def run_points(points: list[dict]) -> list[Outcome]:
     except Skip as why:
         return [Outcome(**b, predicted=None, error_pct=None, status="skipped", reason=str(why)) for b in bases]
     try:
-        summary = _steady_summary(w)
+        summary = steady_summary(w)
     except CapsimError as exc:
         return [Outcome(**{**b, "engine": w.engine or b["engine"]}, predicted=None, error_pct=None, status="failed",
                         reason=str(exc)) for b in bases]
@@ -112,7 +112,7 @@ def run_points(points: list[dict]) -> list[Outcome]:
 MAX_LONGER_RUNS = 2  # a steady window still too short after the run is doubled twice is reported as it is
 
 
-def _steady_summary(w) -> dict:
+def steady_summary(w) -> dict:
     """The run's summary; a run measured over a steady window that spans too few request lifetimes
     (results.steady: `too_short`) is simulated again with twice the requests, as the steady-state
     rules ask ("simulate more requests"). Only the mapping's long-run stand-ins (MLPerf Server) use
