@@ -195,6 +195,18 @@ def test_the_operating_point_script_applies_littles_law_and_prices_one_step_ther
     assert decode_only < o["capsim_step_s"] < decode_only + cost.step_cost(prompt).seconds
 
 
+def test_the_closed_loop_start_script_splits_a_run_at_each_users_first_request(points):
+    script = script_module("validation_closed_loop_start")
+    c5 = points["nim180-h100x2-llama33-70b-fp8-tp2-5000-500-c5-ttft"]  # 5 users, 100 requests, mean TTFT
+    r = script.by_phase(c5)
+    assert r["whole run"] == pytest.approx(run_point(c5).predicted)  # the validated figure
+    assert (r["users"], r["requests"]) == (5, 100)
+    assert r["whole run"] == pytest.approx((5 * r["opening wave"] + 95 * r["after it"]) / 100)
+    assert r["opening wave"] > r["after it"]  # five 5,000-token prompts at once wait for each other
+    with pytest.raises(SystemExit, match="not a closed loop"):
+        script.by_phase(points["trtllm014-h100sxm-llama31-8b-bf16-467-256-qps2-ttft"])
+
+
 def test_a_steady_window_too_short_is_simulated_again_with_twice_the_requests(points, monkeypatch):
     import capsim.validation.runner as runner
 
