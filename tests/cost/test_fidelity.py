@@ -91,7 +91,7 @@ def test_tensorrt_llm_2024_builds_run_their_gemms_at_0_8_of_the_current_profiles
     big_c, big_m, _, _ = then.gemm_part(4096, 4096, 4096)
     assert big_c == pytest.approx(now.gemm_part(4096, 4096, 4096)[0] / 0.8) and big_c > big_m  # compute-bound
     assert then.gemm_part(1, 1, 1)[1] == now.gemm_part(1, 1, 1)[1]  # weight reads: unchanged
-    # by hand: 4,096 tokens x 2 x 70.55e9 body parameters / (0.8 x 0.745 x 1,979 TF x 4096 / (4096 + 64))
+    # by hand: 4,096 tokens x (2 x 68.45e9 body parameters + 2 x 128,256 x 8,192 head) / (0.8 x 0.745 x 1,979 TF x 4096 / 4160)
     body = 2 * arch.param_counts(model).body_active
     assert big_c == pytest.approx((4096 * body + 4096 * 2 * 128256 * 8192) / (0.8 * 0.745 * 1979e12 * 4096 / 4160), rel=1e-9)
     assert then.attention_part(10**6, 0, 10**6, 0, 4096) == now.attention_part(10**6, 0, 10**6, 0, 4096)
