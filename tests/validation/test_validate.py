@@ -1,15 +1,15 @@
 """`capsim validate`: the suite loads, points map onto simulations as validation/README.md says,
 a few fast points run end to end, the report has its MAPE table per split and group, and every
-file says its split. The full suite (about 7 minutes on 2 cores) is run by hand: `capsim validate`."""
+file says its split. The full suite (about 5 minutes on 2 cores) is run by hand: `capsim validate`."""
 
 import math
 
 import pytest
 from capsim.cli.app import app
 from capsim.errors import CapsimError
-from capsim.validation.runner import (GROUPS, Outcome, _shared_runs, find_suite, group_rows, load_points, mape, render, run_point,
-                                      run_points, run_suite, write)
-from capsim.validation.mapping import Skip, engine_for, kv_format_for, predicted_value, workload_for
+from capsim.validation.runner import (GROUPS, SLO_TOLERANCE, Outcome, _shared_runs, find_suite, group_rows, highest_passing,
+                                      load_points, mape, render, run_point, run_points, run_suite, write)
+from capsim.validation.mapping import Skip, at_rate, engine_for, kv_format_for, predicted_value, slo_limits_ms, workload_for
 from typer.testing import CliRunner
 from helpers import REPO, script_module
 
@@ -156,7 +156,7 @@ def test_a_disaggregated_point_runs_end_to_end():
 
 
 def test_points_read_off_one_run_share_one_simulation(points):
-    server = [p for i, p in points.items() if i.startswith("mlperf41-nvidia-dgxh100x8-server-")]
+    server = [p for i, p in points.items() if i.startswith("mlperf41-nvidia-dgxh100x8-server-") and not i.endswith("slo-rate")]
     offline = points["mlperf41-nvidia-dgxh100x8-offline-tokens"]
     runs = _shared_runs([*server, offline, points["mlperf51-krai-h200x8-vllm092-offline-tokens"]])
     assert [len(r) for r in runs] == [3, 1, 1]  # mean and p99 TTFT and mean TPOT of the Server run; a skipped point alone
@@ -223,6 +223,60 @@ def test_a_steady_window_too_short_is_simulated_again_with_twice_the_requests(po
     seen.clear()
     runner.steady_summary(workload_for(points["mlperf51-nebius-h200x8-offline-tokens"]))  # measured whole: once
     assert len(seen) == 1
+
+
+def test_the_slo_search_brackets_by_doubling_then_bisects_to_the_tolerance():
+    tried = []
+
+    def meets(x):
+        tried.append(x)
+        return x <= 13.7
+
+    best = highest_passing(meets, 1.0, 0.02)
+    assert tried[:5] == [1.0, 2.0, 4.0, 8.0, 16.0]  # doubling until a rate fails, then bisection
+    assert best <= 13.7 and min(x for x in tried if x > 13.7) - best <= 0.02 * best
+    assert highest_passing(lambda x: x <= 0.3, 1.0, 0.02) == pytest.approx(0.3, rel=0.02)  # halving from the start
+    assert highest_passing(lambda x: False, 1.0, 0.02) is None  # nothing passes down to start / 1024
+
+
+def test_mlperf_slo_points_carry_the_limits_their_logs_print(points):
+    slo = {k: p for k, p in points.items() if p["group"] == "slo_capacity"}
+    assert len(slo) >= 10  # every Server and Interactive run of the MLPerf files
+    for p in slo.values():
+        scenario = "interactive" if "-interactive-" in p["id"] else "server"
+        assert slo_limits_ms(p) == ({"p99_ttft_ms": 450.0, "p99_tpot_ms": 40.0} if scenario == "interactive"
+                                    else {"p99_ttft_ms": 2000.0, "p99_tpot_ms": 200.0})
+        ttft = points[p["id"].replace("-slo-rate", "-ttft-mean")]  # the same run's TTFT point
+        assert p["measured"] == ttft["request_rate_per_s"] and p["request_rate_per_s"] is None
+        try:  # each probe is the run the TTFT point maps onto, at the probe's rate
+            probe = workload_for(at_rate(p, ttft["request_rate_per_s"]))
+        except Skip:
+            continue
+        assert probe == workload_for(ttft).model_copy(update={"name": p["id"]})
+    runs = _shared_runs(list(slo.values()))
+    assert all(len(run) == 1 for run in runs)  # each point is a search of its own, never a shared run
+    for bad in (None, {}, {"p50_ttft_ms": 100}, {"p99_ttft_ms": 0}, {"p99_tpot_ms": True}):
+        with pytest.raises(CapsimError, match="slo_ms"):
+            slo_limits_ms({**next(iter(slo.values())), "slo_ms": bad})
+
+
+def test_a_slo_point_reports_the_highest_rate_within_its_limits(points, monkeypatch):
+    import capsim.validation.runner as runner
+
+    point = points["mlperf51-nebius-h200x8-server-slo-rate"]
+
+    class Run:  # p99 TPOT grows with the rate and crosses 200 ms at 150 requests/s; saturated above 180
+        def __init__(self, w):
+            rate = w.arrivals.rate_per_s
+            self.summary = {"saturation": {"saturated": rate > 180}, "p99_ttft_ms": 10.0, "p99_tpot_ms": 200.0 * rate / 150}
+
+    monkeypatch.setattr(runner, "simulate", Run)
+    [o] = run_points([point])
+    assert o.status == "ok" and o.group == "slo_capacity" and o.measured == 116.59
+    assert 150 * (1 - SLO_TOLERANCE) <= o.predicted <= 150
+    assert o.error_pct == pytest.approx(100 * (o.predicted - 116.59) / 116.59)
+    [skipped] = run_points([points["mlperf51-krai-h200x8-vllm092-server-slo-rate"]])
+    assert skipped.status == "skipped" and "Llama 2 tokens" in skipped.reason
 
 
 def test_fast_points_run_end_to_end():

@@ -57,7 +57,8 @@ def tables(
 def validate(
     suite: Annotated[Optional[Path], typer.Option(help="folder of validation YAML files (default: ./validation or the checkout's)")] = None,
     only: Annotated[Optional[list[str]], typer.Option(help="run only points whose id contains this (repeatable)")] = None,
-    group: Annotated[Optional[list[str]], typer.Option(help="decode | prefill | ttft | max_throughput | concurrency (repeatable)")] = None,
+    group: Annotated[Optional[list[str]], typer.Option(help="decode | prefill | ttft | max_throughput | concurrency | slo_capacity | disaggregated "
+                                                               "(repeatable)")] = None,
     split: Annotated[Optional[str], typer.Option(help="calibration | test: run only that set's points (default: both, reported apart)")] = None,
     workers: Annotated[Optional[int], typer.Option(help="parallel simulations (default: one per core)")] = None,
     fmt: FormatOpt = TableFormat.table,
@@ -65,8 +66,8 @@ def validate(
                                                     "or empty folder, or an earlier validation's, replaced whole)")] = None,
 ) -> None:
     """Run the published measurements in validation/*.yaml through the simulator: measured vs
-    predicted per point, and MAPE per group (decode, prefill, TTFT, max throughput, concurrency)
-    for the test set (held out: its figures are the accuracy) and the calibration set apart."""
+    predicted per point, and MAPE per group (decode, prefill, TTFT, max throughput, concurrency,
+    the rate within latency limits, disaggregated) for the test set (held out: its figures are the accuracy) and the calibration set apart."""
     from capsim.validation.runner import render, run_suite, write
 
     outputs = _outputs("validate", out_dir, None)

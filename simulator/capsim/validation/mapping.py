@@ -10,6 +10,7 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
+from capsim.errors import CapsimError
 from capsim.spec.config import read_yaml, validate
 from capsim.spec.serving import load_engine
 from capsim.workload.schema import WorkloadConfig
@@ -288,6 +289,30 @@ def _mlperf_run(point: dict, data: dict) -> dict:
         count = min(int(point.get("num_requests") or 10**9), MLPERF_OFFLINE_WAVES * batch * replicas)
         return {"requests": count}
     return {"requests": max(1000, int(float(rate) * MLPERF_SERVER_S)), "measure": {}}
+
+
+# MLPerf Server and Interactive runs report, as their result, the Poisson rate the submitter scheduled
+# with every latency constraint of the round met. A `slo_capacity` point compares that rate with the
+# highest rate at which capsim's simulation of the same system meets the same limits (runner.slo_rate);
+# each probe of that search is the point run at one rate, as its TTFT points are run.
+SLO_LIMIT_KEYS = ("p99_ttft_ms", "p99_tpot_ms")
+
+
+def slo_limits_ms(point: dict) -> dict[str, float]:
+    """A slo_capacity point's latency limits: run-summary key -> limit in ms."""
+    slo = point.get("slo_ms")
+    if not isinstance(slo, dict) or not slo or any(
+            k not in SLO_LIMIT_KEYS or isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0
+            for k, v in slo.items()):
+        raise CapsimError(f"{point.get('_file', 'validation suite')}: point {point['id']}: field 'slo_ms' is {slo!r}; a "
+                          f"slo_capacity point maps one or more of {', '.join(SLO_LIMIT_KEYS)} to a positive limit in ms "
+                          "(e.g. {p99_ttft_ms: 2000, p99_tpot_ms: 200}).")
+    return {k: float(v) for k, v in slo.items()}
+
+
+def at_rate(point: dict, rate_per_s: float) -> dict:
+    """The point run at `rate_per_s` requests/s (a probe of a slo_capacity point's search)."""
+    return {**point, "request_rate_per_s": float(rate_per_s)}
 
 
 _STAT = {"mean": "mean", "median": "median", "p99": "p99", "mean of 3 runs": "mean"}

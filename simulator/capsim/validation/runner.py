@@ -17,11 +17,11 @@ from pathlib import Path
 
 from capsim.spec.config import read_yaml
 from capsim.errors import CapsimError, did_you_mean, quote
-from capsim.validation.mapping import Skip, predicted_value, workload_for
+from capsim.validation.mapping import Skip, at_rate, predicted_value, slo_limits_ms, workload_for
 from capsim.api import simulate
 from capsim.results.text_tables import csv_table, markdown_table
 
-GROUPS = ("decode", "prefill", "ttft", "max_throughput", "concurrency", "disaggregated")
+GROUPS = ("decode", "prefill", "ttft", "max_throughput", "concurrency", "slo_capacity", "disaggregated")
 # The held-out split (validation/README.md, "Calibration and test sets"): every file's source block
 # says which set its points belong to; no parameter may be chosen from, or cite, a test point.
 SPLITS = ("test", "calibration")
@@ -96,6 +96,8 @@ def run_point(point: dict) -> Outcome:
 def run_points(points: list[dict]) -> list[Outcome]:
     """Points that map onto the same simulation (one run's mean and p99 TTFT and its TPOT) share
     one run: the first point's workload is simulated once and each point reads its own metric."""
+    if points[0]["group"] == "slo_capacity":
+        return [_slo_outcome(p) for p in points]
     bases = [_base(p) for p in points]
     try:
         w = workload_for(points[0])
@@ -126,6 +128,68 @@ def steady_summary(w) -> dict:
     return summary
 
 
+SLO_TOLERANCE = 0.02  # the search stops when its highest passing and lowest failing rates are within 2%
+SLO_MAX_PROBES = 40
+
+
+def _slo_outcome(point: dict) -> Outcome:
+    """A slo_capacity point: capsim's highest rate within the point's limits vs the measured rate."""
+    base = _base(point)
+    try:
+        limits = slo_limits_ms(point)
+        w = workload_for(at_rate(point, 1.0))
+    except Skip as why:
+        return Outcome(**base, predicted=None, error_pct=None, status="skipped", reason=str(why))
+    base["engine"] = w.engine or base["engine"]
+    try:
+        rate = slo_rate(point, limits, start_per_s=float(w.replicas or 1))
+    except CapsimError as exc:
+        return Outcome(**base, predicted=None, error_pct=None, status="failed", reason=str(exc))
+    if rate is None:
+        return Outcome(**base, predicted=None, error_pct=None, status="failed",
+                       reason="no rate tried (down to 1/1024 request/s per copy of the model) meets the limits")
+    return Outcome(**base, predicted=rate, error_pct=100.0 * (rate - base["measured"]) / base["measured"], status="ok")
+
+
+def slo_rate(point: dict, limits_ms: dict[str, float], start_per_s: float) -> float | None:
+    """The highest Poisson rate at which the point's simulation is not saturated and meets every
+    limit (run-summary key -> ms), within SLO_TOLERANCE; each probe runs as `capsim validate` runs
+    the point's latency points. The start (one request/s per copy of the model) is not the
+    measured rate, so the answer does not lean on it."""
+    def meets(rate: float) -> bool:
+        summary = steady_summary(workload_for(at_rate(point, rate)))
+        if summary.get("saturation", {}).get("saturated"):
+            return False
+        return all(summary.get(k) is not None and summary[k] <= limit for k, limit in limits_ms.items())
+
+    return highest_passing(meets, start_per_s, SLO_TOLERANCE)
+
+
+def highest_passing(meets, start: float, tolerance: float, max_probes: int = SLO_MAX_PROBES) -> float | None:
+    """The highest x found with meets(x) true and a failing x within `tolerance` (relative) above it:
+    double (or halve) from `start` until the answer changes, then bisect (x to 4 significant digits).
+    None when nothing down to start / 1024 passes. Assumes meets is true below some x, false above."""
+    lo = hi = None
+    x = start
+    for _ in range(max_probes):
+        if meets(x):
+            lo = x
+        else:
+            hi = x
+        if lo is None:
+            x = x / 2
+            if x < start / 1024:
+                return None
+        elif hi is None:
+            x = x * 2
+        else:
+            mid = float(f"{(lo + hi) / 2:.4g}")
+            if hi - lo <= tolerance * lo or not lo < mid < hi:
+                return lo
+            x = mid
+    return lo
+
+
 def _base(point: dict) -> dict:
     return dict(id=point["id"], file=point["_file"], split=point["_split"], group=point["group"], engine=str(point["engine"]),
                 gpu=str(point["gpu"]), tp=int(point.get("tp") or 1), model=str(point["model"]),
@@ -149,6 +213,9 @@ def _shared_runs(points: list[dict]) -> list[list[dict]]:
     # once instead of once per point removes about half of the suite's simulations.
     runs: dict[str, list[dict]] = {}
     for p in points:
+        if p["group"] == "slo_capacity":  # a search of its own
+            runs["slo:" + p["id"]] = [p]
+            continue
         try:
             key = workload_for(p).model_dump_json(exclude={"name"})
         except (Skip, CapsimError):
