@@ -67,7 +67,8 @@ def validate(
 ) -> None:
     """Run the published measurements in validation/*.yaml through the simulator: measured vs
     predicted per point, and MAPE per group (decode, prefill, TTFT, max throughput, concurrency,
-    the rate within latency limits, disaggregated) for the test set (held out: its figures are the accuracy) and the calibration set apart."""
+    the rate within latency limits, disaggregated) for the test set (held out: its figures are
+    the accuracy) and the calibration set apart."""
     from capsim.validation.runner import render, run_suite, write
 
     outputs = _outputs("validate", out_dir, None)
