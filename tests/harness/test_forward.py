@@ -101,6 +101,10 @@ def _row(decodes, prefill, layers=2):
             "block_size": 16, "dtype": "fp32", "kv_dtype": "fp32"}
 
 
+def _gemm(compute_s, memory_s):
+    return (compute_s ** 4 + memory_s ** 4) ** 0.25
+
+
 def test_a_step_is_priced_as_a_hand_calculation_of_the_measured_slice(tmp_path):
     """Round GPU (1 TB/s, 10 TFLOP/s fp32, 100 TFLOP/s fp16, efficiencies 1, no overheads); 2 layers of
     16M parameters (4M attention + 12M gated MLP) and a 1M LM head, fp32: 33M x 4 B = 132 MB of weights.
@@ -110,13 +114,14 @@ def test_a_step_is_priced_as_a_hand_calculation_of_the_measured_slice(tmp_path):
 
     gpu = load_hardware(_round_profile(tmp_path))
     # Decode, one sequence attending 100 positions: weights 132 us + KV (100 read + 1 written) 1.616 us;
-    # the compute sides (66 MFLOP at 10 TFLOP/s = 6.6 us; attention 0.8 MFLOP) are smaller.
-    assert predict_s(_row([100], []), gpu, None) == pytest.approx(132e-6 + 1.616e-6, rel=1e-9)
+    # the compute sides (66 MFLOP at 10 TFLOP/s = 6.6 us; attention 0.8 MFLOP) are smaller. The GEMMs
+    # take the 4-norm of their two sides (decode_runs.GEMM_OVERLAP_NORM).
+    assert predict_s(_row([100], []), gpu, None) == pytest.approx(_gemm(6.6e-6, 132e-6) + 1.616e-6, rel=1e-9)
     # A 50-token prompt: GEMMs 2 x 32M x 50 + 2 x 1M (one logit) = 3.202 GFLOP at 10 TFLOP/s = 320.2 us;
     # attention: 50 x 16,000 B read + 50 x 16,000 B written = 1.6 us (its 10.2 MFLOP take 0.1 us).
-    assert predict_s(_row([], [[0, 50]]), gpu, None) == pytest.approx(320.2e-6 + 1.6e-6, rel=1e-9)
+    assert predict_s(_row([], [[0, 50]]), gpu, None) == pytest.approx(_gemm(320.2e-6, 132e-6) + 1.6e-6, rel=1e-9)
     # Half the layers: the weights and KV of one layer + the same LM head.
-    assert predict_s(_row([100], [], layers=1), gpu, None) == pytest.approx(68e-6 + 0.808e-6, rel=1e-9)
+    assert predict_s(_row([100], [], layers=1), gpu, None) == pytest.approx(_gemm(3.4e-6, 68e-6) + 0.808e-6, rel=1e-9)
 
 
 def test_mixed_steps_add_the_decodes_and_the_chunk(tmp_path):
@@ -129,7 +134,7 @@ def test_mixed_steps_add_the_decodes_and_the_chunk(tmp_path):
     flops = 2 * 32e6 * 23 + 2 * 1e6 * 4
     kv_bytes = 16_000 * (3 * 100 + 50) + 16_000 * 23
     assert predict_s(_row([100, 100, 100], [[30, 20]]), gpu, None) == pytest.approx(
-        flops / 10e12 + kv_bytes / 1e12, rel=1e-9)
+        _gemm(flops / 10e12, 132e-6) + kv_bytes / 1e12, rel=1e-9)
 
 
 def _mixed_inputs(block=16):

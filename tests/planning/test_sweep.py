@@ -115,7 +115,8 @@ def test_dask_cluster_gives_the_serial_results_exactly(dask_cluster, priced_gpu_
 
 def test_the_knee_stays_put_when_the_run_is_three_times_longer():
     # chat on an H100 under TTFT p99 <= 2 s: the first rate that misses the SLO (or saturates) is
-    # the same with the workload's 3,000 requests and with 9,000
+    # the same with the workload's 3,000 requests and with 9,000 (at 30 req/s the shorter run's window
+    # spans fewer than 10 mean request lifetimes: too short to judge, never a pass)
     goals = Objectives({"p99_ttft_ms": 2000.0})
     knees = []
     for requests in (3000, 9000):
@@ -123,7 +124,7 @@ def test_the_knee_stays_put_when_the_run_is_three_times_longer():
                   requests=requests, workers=2).frame
         knees.append(f.loc[~f["slo_met"], "rate_per_s"].min())
         assert f.loc[f["rate_per_s"] >= 35.0, "saturated"].all()  # past the knee the queue grows at any length
-    assert knees[0] == knees[1] == 35.0
+    assert knees[0] == knees[1] == 30.0
 
 
 def test_a_percentile_limit_is_met_only_within_it_and_goodput_is_named_apart(priced_gpu_file):

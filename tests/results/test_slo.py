@@ -84,7 +84,7 @@ def test_saturated_or_too_short_never_meets():
     assert goals.failures(RECORD | {"saturated": True, "saturation_evidence": "queue grows"}) == [
         "saturated: queue grows"]
     assert goals.failures(RECORD | {"too_short": True, "window_latencies": 4.2})[0].startswith(
-        "too short to judge: the steady window spans 4.2 median end-to-end latencies")
+        "too short to judge: the steady window spans 4.2 mean end-to-end latencies")
     summary = RECORD | {"saturated": True, "saturation": {"evidence": "from the summary"}}  # nested, as summarize
     assert goals.failures(summary) == ["saturated: from the summary"]
 

@@ -36,6 +36,14 @@ class DecodeSteps:
     bound: np.ndarray | list  # index into core.names.BOUNDS
 
 
+# A GEMM streams its weights while its tensor cores work, but not perfectly: where the two times are
+# close (the ridge, about 100-300 tokens per step on Hopper) a measured GEMM takes up to 2^(1/p) times
+# the larger of them. Realistic mode prices the GEMM part as the p-norm of its two rooflines. p = 4,
+# from measured GEMMs at M = 1..32,768 (docs/cost-model.md, "GEMM overlap"): NVIDIA's aiconfigurator
+# TensorRT-LLM database (H100 SXM and H200, bf16 and fp8) and capsim's own H200 calibration run.
+GEMM_OVERLAP_NORM = 4.0
+
+
 class DecodeRuns:
     """Prices decode-only steps, one or a run of them; the base of CostModel (capsim.cost.roofline),
     whose constructor sets every number declared here."""
@@ -64,6 +72,14 @@ class DecodeRuns:
     score_bytes_sliding: float
     dequant_flops_per_value: float
     attention_seq_s: float
+
+    def gemm_seconds(self, compute_s: float, memory_s: float) -> float:
+        """The GEMM part's time from its two rooflines: their GEMM_OVERLAP_NORM-norm (their max in
+        document mode, the source note's model)."""
+        if self.mode != "realistic" or compute_s <= 0.0 or memory_s <= 0.0:
+            return max(compute_s, memory_s)
+        p = GEMM_OVERLAP_NORM
+        return (compute_s ** p + memory_s ** p) ** (1.0 / p)
 
     # The per-step parts the coefficients and the step details are built from (CostModel's).
 
@@ -99,7 +115,7 @@ class DecodeRuns:
             tokens = n * q
             gc, gm, _, _ = self.gemm_part(tokens, tokens, n)
             overhead, comm = self.fixed_seconds(tokens, n, decode_only=True)
-            base = max(gc, gm) + (overhead + comm) + self.elementwise_part(tokens)[0]
+            base = self.gemm_seconds(gc, gm) + (overhead + comm) + self.elementwise_part(tokens)[0]
             draft = (0.0, 0.0, 0.0, 0.0)
             if self.draft is not None:
                 d = self.draft.decode_coefficients(n)

@@ -2,7 +2,8 @@
 
 A step is priced as two rooflines run back to back, plus memory-bound elementwise kernels and
 fixed times:
-  GEMMs:       max(weight bytes / (eta_bw * BW),  matmul FLOPs / (eta_fl(T) * peak[dtype]))  (eta_bw: GEMV share)
+  GEMMs:       p-norm of weight bytes / (eta_bw * BW) and matmul FLOPs / (eta_fl(T) * peak[dtype])
+               (eta_bw: GEMV share; p = decode_runs.GEMM_OVERLAP_NORM; document mode: their max)
   attention:   max(KV (+ score) bytes / (eta_attn * BW),
                    attention FLOPs / (eta_attn_fl * peak) + dequant work + per-sequence cost)
   elementwise: activation bytes per token x T / (eta_stream_bw * BW)
@@ -332,7 +333,7 @@ class CostModel(DecodeRuns):
         decode_only = plan.num_tokens == plan.num_seqs
         overhead, comm = self.fixed_seconds(num_tokens, plan.num_seqs, decode_only=decode_only)
         es, eb = self.elementwise_part(num_tokens)
-        return _combine(gc, gm, ac, am, gf + af, gb + ab + eb, overhead + comm + draft_s, es)
+        return _combine(self.gemm_seconds(gc, gm), gc, gm, ac, am, gf + af, gb + ab + eb, overhead + comm + draft_s, es)
 
     @staticmethod
     def with_overhead(cost: StepCost, extra_s: float) -> StepCost:
@@ -352,9 +353,9 @@ def _capped_pairs(c0: int, n: int, window: int) -> int:
     return below * c0 + below * (below + 1) // 2 + (n - below) * window
 
 
-def _combine(gc: float, gm: float, ac: float, am: float, flops: float, byts: float, overhead_s: float,
+def _combine(gemm_s: float, gc: float, gm: float, ac: float, am: float, flops: float, byts: float, overhead_s: float,
              elementwise_s: float = 0.0) -> StepCost:
-    seconds = max(gc, gm) + max(ac, am) + elementwise_s + overhead_s
+    seconds = gemm_s + max(ac, am) + elementwise_s + overhead_s
     compute_t = (gc if gc >= gm else 0.0) + (ac if ac >= am else 0.0)
     memory_t = (gm if gm > gc else 0.0) + (am if am > ac else 0.0) + elementwise_s
     if overhead_s > compute_t and overhead_s > memory_t:

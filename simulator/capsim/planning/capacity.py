@@ -213,7 +213,7 @@ class ProbeJob:
 
     def run(self, runner: Runner, jobs: list[tuple[dict, float, str]], points: list, progress) -> list[dict]:
         """Simulate each (combo, load, role) and judge it. A probe that is not saturated but too short
-        for a steady window (capsim.results.steady: fewer than 10 median end-to-end latencies) or whose
+        for a steady window (capsim.results.steady: fewer than 10 mean end-to-end latencies) or whose
         verdict is uncertain (a limit within two standard errors of its statistic: records.margins)
         is simulated again with twice the requests: a too-short one up to MAX_PROBE_REQUESTS, an
         uncertain one up to MAX_LONGER times its first length."""

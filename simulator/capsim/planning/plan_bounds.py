@@ -153,7 +153,7 @@ class BoundModel:
             body, fixed = c.unit_step_s, dict.fromkeys(decode_only, 0.0)
         else:
             gc, gm, _, _ = c.gemm_part(tokens, 0, 1)
-            body = max(gc, gm) + c.elementwise_part(tokens)[0]
+            body = c.gemm_seconds(gc, gm) + c.elementwise_part(tokens)[0]
             fixed = {d: sum(c.fixed_seconds(tokens, 1, decode_only=d)) for d in decode_only}
         extra = (lambda d: c.extra_s(tokens, 1, d)) if isinstance(c, ShapedCost) else (lambda d: 0.0)
         return k * body + min(k * fixed[d] + extra(d) for d in decode_only)

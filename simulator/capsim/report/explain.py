@@ -68,7 +68,7 @@ def _explain(cm: CostModel, title: str, tokens: int, seqs: int, decode_only: boo
         Term("fixed: host + kernels", overhead, _fixed_detail(cm, tokens, seqs, decode_only)),
         Term("all-reduce (TP)", comm, f"tp {cm.tp}: 2 per layer x {cm.model.num_layers} layers" if cm.tp > 1 else "tp 1: none"),
     ]
-    seconds = max(gc, gm) + max(ac, am) + es + overhead + comm
+    seconds = cm.gemm_seconds(gc, gm) + max(ac, am) + es + overhead + comm
     compute_t = (gc if gc >= gm else 0.0) + (ac if ac >= am else 0.0)
     memory_t = (gm if gm > gc else 0.0) + (am if am > ac else 0.0) + es
     fixed = overhead + comm

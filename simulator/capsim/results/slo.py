@@ -57,7 +57,7 @@ class Objectives:
             out.append(("saturation", False, f"saturated: {evidence}"))
         if record.get("too_short", sat.get("too_short")):
             spans = record.get("window_latencies", sat.get("window_latencies")) or 0.0
-            out.append(("steadiness", False, f"too short to judge: the steady window spans {spans:.1f} median "
+            out.append(("steadiness", False, f"too short to judge: the steady window spans {spans:.1f} mean "
                                              "end-to-end latencies (at least 10 needed); simulate more requests"))
         if not record.get("completed"):
             out.append(("completion", False, "no request completed"))
