@@ -222,3 +222,4 @@ def test_explain_shows_the_terms_of_the_priced_step(tiny_model, round_gpu):
     assert pre.bound == priced.bound == "overhead"  # a 13M-parameter model: vLLM's 0.5 ms host time dominates
     text = explain.render([dec, pre], cm)
     assert "engine.overhead" in text and "gpu.efficiency" in text and "ms" in text
+    assert "(GEMM reads^4 + GEMM FLOPs^4)^(1/4)" in text  # realistic mode's GEMM 4-norm, named as it is priced

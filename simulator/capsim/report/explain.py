@@ -113,8 +113,8 @@ def render(items: list[Explained], cm: CostModel, prompt_tokens: float | None = 
         lines.append(f"{item.title}: {item.seconds * 1e3:.3f} ms, {item.bound}-bound")
         for t in item.terms:
             lines.append(f"  {t.name:<24} {t.seconds * 1e3:>9.3f} ms   {t.detail}")
-        lines.append("  (time = max(GEMM reads, GEMM FLOPs) + max(attention traffic, attention FLOPs) "
-                     "+ elementwise + fixed + all-reduce)")
+        gemms = "(GEMM reads^4 + GEMM FLOPs^4)^(1/4)" if cm.mode == "realistic" else "max(GEMM reads, GEMM FLOPs)"
+        lines.append(f"  (time = {gemms} + max(attention traffic, attention FLOPs) + elementwise + fixed + all-reduce)")
     if prompt_tokens is not None:
         lines.append("")
         lines.append(front_end_line(cm, prompt_tokens))
