@@ -237,6 +237,9 @@ def test_the_slo_search_brackets_by_doubling_then_bisects_to_the_tolerance():
     assert best <= 13.7 and min(x for x in tried if x > 13.7) - best <= 0.02 * best
     assert highest_passing(lambda x: x <= 0.3, 1.0, 0.02) == pytest.approx(0.3, rel=0.02)  # halving from the start
     assert highest_passing(lambda x: False, 1.0, 0.02) is None  # nothing passes down to start / 1024
+    assert highest_passing(lambda x: True, 1.0, 0.02) == math.inf  # nothing fails: the limits never bind
+    with pytest.raises(CapsimError, match="positive rate"):
+        highest_passing(lambda x: True, 0.0, 0.02)
 
 
 def test_mlperf_slo_points_carry_the_limits_their_logs_print(points):
@@ -255,9 +258,19 @@ def test_mlperf_slo_points_carry_the_limits_their_logs_print(points):
         assert probe == workload_for(ttft).model_copy(update={"name": p["id"]})
     runs = _shared_runs(list(slo.values()))
     assert all(len(run) == 1 for run in runs)  # each point is a search of its own, never a shared run
-    for bad in (None, {}, {"p50_ttft_ms": 100}, {"p99_ttft_ms": 0}, {"p99_tpot_ms": True}):
+    for bad in (None, {}, {"p50_ttft_ms": 100}, {"p99_ttft_ms": 0}, {"p99_tpot_ms": True}, {"p99_ttft_ms": math.inf}):
         with pytest.raises(CapsimError, match="slo_ms"):
             slo_limits_ms({**next(iter(slo.values())), "slo_ms": bad})
+
+
+def test_a_bad_slo_field_is_an_error_naming_the_file_before_any_simulation(tmp_path):
+    text = (SUITE / "mlperf-nebius-llama2-70b.yaml").read_text()
+    bad = text.replace("slo_ms: {p99_ttft_ms: 2000.0, p99_tpot_ms: 200.0}", "slo_ms: {p99_ttft: 2000}", 1)
+    assert bad != text
+    (tmp_path / "mlperf-nebius-llama2-70b.yaml").write_text(bad)
+    with pytest.raises(CapsimError, match="mlperf-nebius-llama2-70b.yaml: point mlperf51-nebius-h200x8-server-slo-rate: "
+                                          "field 'slo_ms'"):
+        load_points(tmp_path)
 
 
 def test_a_slo_point_reports_the_highest_rate_within_its_limits(points, monkeypatch):
@@ -268,7 +281,8 @@ def test_a_slo_point_reports_the_highest_rate_within_its_limits(points, monkeypa
     class Run:  # p99 TPOT grows with the rate and crosses 200 ms at 150 requests/s; saturated above 180
         def __init__(self, w):
             rate = w.arrivals.rate_per_s
-            self.summary = {"saturation": {"saturated": rate > 180}, "p99_ttft_ms": 10.0, "p99_tpot_ms": 200.0 * rate / 150}
+            self.summary = {"completed": w.requests, "saturated": rate > 180, "saturation": {"too_short": False},
+                            "p99_ttft_ms": 10.0, "p99_tpot_ms": 200.0 * rate / 150}
 
     monkeypatch.setattr(runner, "simulate", Run)
     [o] = run_points([point])
@@ -277,6 +291,12 @@ def test_a_slo_point_reports_the_highest_rate_within_its_limits(points, monkeypa
     assert o.error_pct == pytest.approx(100 * (o.predicted - 116.59) / 116.59)
     [skipped] = run_points([points["mlperf51-krai-h200x8-vllm092-server-slo-rate"]])
     assert skipped.status == "skipped" and "Llama 2 tokens" in skipped.reason
+    [other] = run_points([{**point, "length_distribution": "sharegpt"}])  # only MLPerf's run rules are mapped
+    assert other.status == "skipped" and "MLPerf's run rules" in other.reason
+    monkeypatch.setattr(runner, "simulate", lambda w: type("R", (), {"summary": {"completed": 1, "saturated": False,
+                                                                                 "p99_ttft_ms": 1.0, "p99_tpot_ms": 1.0}}))
+    [never] = run_points([point])  # limits that never bind: reported as failed, not as a huge rate
+    assert never.status == "failed" and "never bind" in never.reason
 
 
 def test_fast_points_run_end_to_end():

@@ -37,8 +37,9 @@ class DecodeSteps:
 
 
 # A GEMM streams its weights while its tensor cores work, but not perfectly: where the two times are
-# close (the ridge, about 100-300 tokens per step on Hopper) a measured GEMM takes up to 2^(1/p) times
-# the larger of them. Realistic mode prices the GEMM part as the p-norm of its two rooflines. p = 4,
+# close (the ridge, about 100-300 tokens per step on Hopper) measured GEMMs take longer than the larger
+# of them. Realistic mode prices the GEMM part as the p-norm of its two rooflines, at most 2^(1/p) times
+# the larger. p = 4,
 # from measured GEMMs at M = 1..32,768 (docs/cost-model.md, "GEMM overlap"): NVIDIA's aiconfigurator
 # TensorRT-LLM database (H100 SXM and H200, bf16 and fp8) and capsim's own H200 calibration run.
 GEMM_OVERLAP_NORM = 4.0

@@ -77,8 +77,9 @@ Dtype = Literal["fp32", "tf32", "fp16", "fp16_acc16", "bf16", "fp8", "int8", "fp
 class Efficiency(Frozen):
     """Shares of the datasheet peaks a real server reaches (realistic mode).
 
-    A GEMM of M tokens costs max(weight bytes / (gemv_bandwidth x BW), FLOPs / (compute x ramp(M)
-    x peak)) with ramp(M) = M / (M + compute_half_tokens). The ramp is measured over a range of M;
+    A GEMM of M tokens costs the 4-norm of weight bytes / (gemv_bandwidth x BW) and FLOPs /
+    (compute x ramp(M) x peak) (their max in document mode; capsim.cost.decode_runs.GEMM_OVERLAP_NORM),
+    with ramp(M) = M / (M + compute_half_tokens). The ramp is measured over a range of M;
     below `compute_ramp_from_tokens` it keeps its value there instead of falling towards 0, so a
     small-M GEMM stays weight-read bound (a GEMV) as GEMV measurements show."""
 

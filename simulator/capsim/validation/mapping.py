@@ -302,10 +302,10 @@ def slo_limits_ms(point: dict) -> dict[str, float]:
     """A slo_capacity point's latency limits: run-summary key -> limit in ms."""
     slo = point.get("slo_ms")
     if not isinstance(slo, dict) or not slo or any(
-            k not in SLO_LIMIT_KEYS or isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0
+            k not in SLO_LIMIT_KEYS or isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf
             for k, v in slo.items()):
         raise CapsimError(f"{point.get('_file', 'validation suite')}: point {point['id']}: field 'slo_ms' is {slo!r}; a "
-                          f"slo_capacity point maps one or more of {', '.join(SLO_LIMIT_KEYS)} to a positive limit in ms "
+                          f"slo_capacity point maps one or more of {', '.join(SLO_LIMIT_KEYS)} to a positive, finite limit in ms "
                           "(e.g. {p99_ttft_ms: 2000, p99_tpot_ms: 200}).")
     return {k: float(v) for k, v in slo.items()}
 

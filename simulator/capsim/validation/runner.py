@@ -16,9 +16,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from capsim.spec.config import read_yaml
+from capsim.spec.limits import MAX_RATE_PER_S
 from capsim.errors import CapsimError, did_you_mean, quote
 from capsim.validation.mapping import Skip, at_rate, predicted_value, slo_limits_ms, workload_for
 from capsim.api import simulate
+from capsim.results.slo import Objectives
 from capsim.results.text_tables import csv_table, markdown_table
 
 GROUPS = ("decode", "prefill", "ttft", "max_throughput", "concurrency", "slo_capacity", "disaggregated")
@@ -80,6 +82,8 @@ def load_points(suite: Path) -> list[dict]:
             missing = [k for k in ("id", "group", "engine", "gpu", "model", "metric", "measured") if k not in point]
             if missing:
                 raise CapsimError(f"{path}: point [{i}]: required field(s) missing: {', '.join(missing)}.")
+            if point["group"] == "slo_capacity":  # its limits are checked here, before any simulation
+                slo_limits_ms({**point, "_file": path.name})
             points.append({**point, "_file": path.name, "_split": split, "_dir": str(suite)})
     ids = [p["id"] for p in points]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
@@ -136,6 +140,9 @@ def _slo_outcome(point: dict) -> Outcome:
     """A slo_capacity point: capsim's highest rate within the point's limits vs the measured rate."""
     base = _base(point)
     try:
+        if point.get("length_distribution") != "mlperf-openorca":
+            raise Skip("a slo_capacity point is searched with MLPerf's run rules (240 s of Poisson arrivals per "
+                       "probe, its steady window); other benchmarks' rate searches are not mapped yet")
         limits = slo_limits_ms(point)
         w = workload_for(at_rate(point, 1.0))
     except Skip as why:
@@ -148,27 +155,35 @@ def _slo_outcome(point: dict) -> Outcome:
     if rate is None:
         return Outcome(**base, predicted=None, error_pct=None, status="failed",
                        reason="no rate tried (down to 1/1024 request/s per copy of the model) meets the limits")
+    if rate == math.inf:
+        return Outcome(**base, predicted=None, error_pct=None, status="failed",
+                       reason="every rate tried, up to the largest a workload allows, meets the limits: they never bind")
     return Outcome(**base, predicted=rate, error_pct=100.0 * (rate - base["measured"]) / base["measured"], status="ok")
 
 
 def slo_rate(point: dict, limits_ms: dict[str, float], start_per_s: float) -> float | None:
-    """The highest Poisson rate at which the point's simulation is not saturated and meets every
-    limit (run-summary key -> ms), within SLO_TOLERANCE; each probe runs as `capsim validate` runs
-    the point's latency points. The start (one request/s per copy of the model) is not the
-    measured rate, so the answer does not lean on it."""
+    """The highest Poisson rate at which the point's simulation meets every limit (run-summary key ->
+    ms), judged as `capsim capacity` judges a probe (results.slo.Objectives: not saturated, steady,
+    requests completed, limits met), within SLO_TOLERANCE; each probe runs as `capsim validate` runs
+    the point's latency points. The start (one request/s per copy of the model) is not the measured
+    rate, so the answer does not lean on it. None: nothing passes; inf: nothing fails."""
+    objectives = Objectives(dict(limits_ms))
+
     def meets(rate: float) -> bool:
-        summary = steady_summary(workload_for(at_rate(point, rate)))
-        if summary.get("saturation", {}).get("saturated"):
-            return False
-        return all(summary.get(k) is not None and summary[k] <= limit for k, limit in limits_ms.items())
+        return not objectives.failures(steady_summary(workload_for(at_rate(point, rate))))
 
-    return highest_passing(meets, start_per_s, SLO_TOLERANCE)
+    return highest_passing(meets, start_per_s, SLO_TOLERANCE, ceiling=MAX_RATE_PER_S)
 
 
-def highest_passing(meets, start: float, tolerance: float, max_probes: int = SLO_MAX_PROBES) -> float | None:
+def highest_passing(meets, start: float, tolerance: float, ceiling: float = math.inf,
+                    max_probes: int = SLO_MAX_PROBES) -> float | None:
     """The highest x found with meets(x) true and a failing x within `tolerance` (relative) above it:
     double (or halve) from `start` until the answer changes, then bisect (x to 4 significant digits).
-    None when nothing down to start / 1024 passes. Assumes meets is true below some x, false above."""
+    None when nothing down to start / 1024 passes; inf when nothing fails up to `ceiling` (or within
+    max_probes doublings).
+    Assumes meets is true below some x, false above."""
+    if not start > 0:
+        raise CapsimError(f"the search's start must be a positive rate (got {start!r}).")
     lo = hi = None
     x = start
     for _ in range(max_probes):
@@ -181,13 +196,15 @@ def highest_passing(meets, start: float, tolerance: float, max_probes: int = SLO
             if x < start / 1024:
                 return None
         elif hi is None:
+            if x * 2 > ceiling:
+                return math.inf
             x = x * 2
         else:
             mid = float(f"{(lo + hi) / 2:.4g}")
             if hi - lo <= tolerance * lo or not lo < mid < hi:
                 return lo
             x = mid
-    return lo
+    return math.inf if hi is None else lo
 
 
 def _base(point: dict) -> dict:
