@@ -1,0 +1,69 @@
+"""scripts/aiconfigurator_fit.py, which chose the B200's attention_seq_s and NVFP4 GEMM share from NVIDIA's
+per-operator database (docs/cost-model.md, "Measured operators"): on a folder laid out like that database,
+with latencies made from known parameters in capsim's forms, it finds those parameters again."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from helpers import script_module
+
+SEQ_S, ATTN_A_S = 0.0100e-6, 5.0e-6
+ETA_C, ETA_BW, GEMM_A_S = 0.48, 0.68, 7.0e-6
+
+
+def _attention_table(script) -> pd.DataFrame:
+    rows = []
+    for batch in (16, 64, 256, 1024, 2048):
+        for step in (1, 127, 1023, 8191):
+            memory_s = batch * (step + 1) * 8 * 128 * 2 * 1.0 / (script.ATTENTION_BW_SHARE * 8.0e12)
+            t_s = ATTN_A_S + max(SEQ_S * batch * 8, memory_s)
+            rows.append({"framework": "TRTLLM", "version": "9.9", "kernel_source": "xqa", "batch_size": batch,
+                         "num_heads": 64, "num_key_value_heads": 8, "head_dim": 128, "window_size": 0,
+                         "kv_cache_dtype": "fp8", "step": step, "latency": t_s * 1e3})
+    return pd.DataFrame(rows)
+
+
+def _gemm_table(script) -> pd.DataFrame:
+    rows = []
+    for m in (1, 16, 128, 256, 512, 1024, 4096, 16384):
+        for n, k in ((8192, 8192), (10240, 8192), (65536, 8192), (8192, 51200), (4096, 4096)):
+            ramp_m = max(m, 128)
+            comp = 2 * m * n * k / (ETA_C * script.B200_PEAK["nvfp4"] * ramp_m / (ramp_m + 64))
+            mem = n * k * script.WEIGHT_BYTES["nvfp4"] / (ETA_BW * 8.0e12)
+            rows.append({"framework": "TRTLLM", "version": "9.9", "kernel_source": "cutlass", "gemm_dtype": "nvfp4",
+                         "m": m, "n": n, "k": k, "latency": (GEMM_A_S + (mem ** 4 + comp ** 4) ** 0.25) * 1e3})
+    return pd.DataFrame(rows)
+
+
+def test_the_fits_find_the_parameters_the_latencies_were_made_from(tmp_path):
+    pytest.importorskip("pyarrow")
+    script = script_module("aiconfigurator_fit")
+    attention = tmp_path / "b200_sxm" / "attention" / "trtllm" / "9.9"
+    gemm = tmp_path / "b200_sxm" / "gemm" / "trtllm" / "9.9"
+    attention.mkdir(parents=True)
+    gemm.mkdir(parents=True)
+    _attention_table(script).to_parquet(attention / "generation_attention_perf.parquet")
+    _gemm_table(script).to_parquet(gemm / "gemm_perf.parquet")
+
+    (gpu, version, kernel, kv, heads, x), = script.attention_sets(tmp_path)  # 32/8 heads: no rows, skipped
+    assert (gpu, version, kernel, kv, heads) == ("b200_sxm", "TRTLLM 9.9", "xqa", "fp8", (64, 8))
+    seq_s, a_s, err, err_class = script.attention_fit(x["batch_size"], x["step"] + 1, x["latency"] / 1e3, 8, 1.0,
+                                                      script.BANDWIDTH[gpu])
+    assert seq_s == pytest.approx(SEQ_S, abs=1e-12) and a_s == pytest.approx(ATTN_A_S, abs=1e-12)
+    assert err < 1e-6 < 0.3 < err_class  # the class value 0.0294 us misses these by far
+
+    (version, kernel, dtype, g), = script.gemm_sets(tmp_path)
+    assert (version, kernel, dtype) == ("TRTLLM 9.9", "cutlass", "nvfp4")
+    assert set(zip(g["n"], g["k"])) == {(8192, 8192), (10240, 8192), (65536, 8192), (8192, 51200)}  # 4096s left out
+    eta_c, eta_bw, a_s, err = script.gemm_fit(g["m"], g["n"], g["k"], g["latency"] / 1e3, dtype, 8.0e12)
+    assert (eta_c, eta_bw, a_s) == pytest.approx((ETA_C, ETA_BW, GEMM_A_S), abs=1e-9) and err < 1e-6
+
+
+def test_the_b200_profile_carries_the_fitted_values():
+    from capsim.spec.catalog import load_hardware
+
+    b200 = load_hardware("b200")
+    assert b200.overhead.attention_seq_s == pytest.approx(1.0e-8)
+    assert b200.efficiency.compute_by_dtype["fp4"] == pytest.approx(0.48)
+    assert "aiconfigurator_fit.py" in b200.sources["overhead"] and "aiconfigurator_fit.py" in b200.sources["efficiency"]
