@@ -102,6 +102,9 @@ def main() -> None:
     parser.add_argument("--aiconfigurator", type=Path, required=True,
                         help="aiconfigurator's systems/data folder (aic-core/src/aiconfigurator_core/systems/data)")
     data_dir = parser.parse_args().aiconfigurator
+    if not any(data_dir.glob("*_sxm/*/*/*/*_perf.parquet")):
+        parser.error(f"{data_dir}: no aiconfigurator tables (<gpu>_sxm/<family>/<framework>/<version>/*_perf.parquet) "
+                     "here; pass aiconfigurator's aic-core/src/aiconfigurator_core/systems/data folder")
     print("Decode attention per sequence and KV head (capsim's attention_seq_s), fitted per layer:")
     for gpu, version, kernel, kv, (heads, kv_heads), x in attention_sets(data_dir):
         seq_s, a_s, err, err_class = attention_fit(x["batch_size"], x["step"] + 1, x["latency"] / 1e3, kv_heads,

@@ -67,3 +67,14 @@ def test_the_b200_profile_carries_the_fitted_values():
     assert b200.overhead.attention_seq_s == pytest.approx(1.0e-8)
     assert b200.efficiency.compute_by_dtype["fp4"] == pytest.approx(0.48)
     assert "aiconfigurator_fit.py" in b200.sources["overhead"] and "aiconfigurator_fit.py" in b200.sources["efficiency"]
+
+
+def test_a_folder_without_the_tables_is_refused_with_a_message(tmp_path):
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    run = subprocess.run([sys.executable, str(REPO / "scripts" / "aiconfigurator_fit.py"), "--aiconfigurator", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "no aiconfigurator tables" in run.stderr and "Traceback" not in run.stderr
