@@ -19,6 +19,7 @@ from capsim.cost.parallel import ExpertParallelCost, PipelineCost, pipeline_link
 from capsim.cost.roofline import CostModel
 from capsim.errors import short_path
 from capsim.results.cost import deployment_cost, deployment_gpus, price_for
+from capsim.results.load_share import load_share
 from capsim.results.provenance import provenance
 from capsim.results.slo import DEFAULT_PERCENTILES, Objectives, from_workload
 from capsim.results.steady import choose_window, saturation
@@ -188,6 +189,9 @@ def _result(setup: Setup, engine: Engine, end_s: float, objectives: Objectives, 
         summary.update(pool_cost(pools, summary, price, load_text(setup.workload)))
         summary["disaggregated"] = pool_summary(pools, engine, parts(), end_s)
     summary["setup"] = describe(setup)
+    if pools is None:
+        share = load_share(cm, summary, setup.memory.kv_tokens, setup.workload.arrivals.kind)
+        summary["load_share"] = share.as_dict() if share is not None else None
     summary["verdict"] = judge(summary, objectives, setup, kv_alternatives(setup, summary.get("mean_request_tokens")),
                                capacity_command(command_source, objectives, engine.closed_loop)).as_dict()
     return RunResult(setup, summary, gaps, partial(request_table, requests, class_names, reasons), table,

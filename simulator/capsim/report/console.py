@@ -116,7 +116,8 @@ def _pool_lines(d: dict) -> list[str]:
 
 
 def verdict_block(v: dict) -> str:
-    """The verdict after the result block: SLOs met or missed, cost, binding limit, next steps."""
+    """The verdict after the result block: SLOs met or missed, cost, binding limit, a warning near
+    saturation, next steps."""
     out = [_title(" capsim: verdict ", "=")]
     if v["slo_met"] is None:
         out.append("SLO: none given (add an slo: block to the workload, or --slo)")
@@ -127,6 +128,8 @@ def verdict_block(v: dict) -> str:
     names = {"kv_capacity": "KV-cache capacity", "max_num_seqs": "max_num_seqs", "compute": "GPU compute",
              "memory": "GPU memory bandwidth", "overhead": "per-step overheads", "none": "none"}
     out.append(f"Binding limit: {names[v['binding']]}: {v['evidence']}")
+    if v.get("near_saturation"):
+        out.append(f"Near saturation: {v['near_saturation']}")
     out += [f"Next: {step}" for step in v["next_steps"]]
     out.append("=" * WIDTH)
     return "\n".join(out)

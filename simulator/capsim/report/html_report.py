@@ -69,6 +69,7 @@ def run_page(result, objectives: Objectives | None = None, seeds: pd.DataFrame |
     verdict = Section("Verdict", verdict_badge(v["slo_met"]) + items(
         [("ok: " if c["met"] else "MISSED: ") + c["text"] for c in v["checks"]]
         + [f"Cost: {v['cost']}", f"Binding limit: {BINDING.get(v['binding'], v['binding'])}: {v['evidence']}"]
+        + ([f"Near saturation: {v['near_saturation']}"] if v.get("near_saturation") else [])
         + [f"Next: {step}" for step in v["next_steps"]]))
     results = Section("Results" if seeds is None else f"Results of the first seed's run (seed {setup.get('seed')})",
                       _latency_table(s) + f"<details><summary>vLLM's result block</summary>"

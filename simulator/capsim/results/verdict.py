@@ -7,12 +7,17 @@ to first token queued) has a binding limit, read off the run's own figures in th
   capacity on average);
 - max_num_seqs: the batch reached the scheduler's cap;
 - the GPU: the step time's bound (compute, memory bandwidth or fixed overheads) says which part.
-Without pressure the limit is "none": the server had room at this load.
+Without pressure the limit is "none": the server had room at this load. An open-loop run whose
+requests' own work takes NEAR_LOAD or more of the GPU's time also says how steep its latencies are
+there (capsim.results.load_share), unless KV capacity or max_num_seqs binds (the binding limit
+already says why requests wait).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+
+from capsim.results.load_share import near_saturation_text
 
 KV_FULL = 0.8  # average share of the KV capacity in use that counts as full
 QUEUED_SHARE = 0.5  # mean queueing delay over this share of the mean TTFT: requests wait for the server
@@ -28,6 +33,7 @@ class Verdict:
     evidence: str  # the figures that show the binding limit
     next_steps: list[str]  # concrete suggestions computed from the run
     cost: str  # $/hour and $/1M tokens, with the load they hold at
+    near_saturation: str = ""  # from NEAR_LOAD on: the load share and how steep latency is there ('' otherwise)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -45,7 +51,9 @@ def judge(summary: dict, objectives, setup, alternatives: list[tuple[str, int]],
         summary.get("mean_queueing_ms", 0.0) > QUEUED_SHARE * summary.get("mean_ttft_ms", 0.0)
     binding, evidence = binding_limit(summary, setup, pressed)
     steps = next_steps(summary, setup, binding, alternatives, command, slo_met)
-    return Verdict(slo_met, checks, binding, evidence, steps, cost_line(summary))
+    # where KV capacity or max_num_seqs binds, requests queue for memory or a slot, not GPU time
+    near = "" if binding in ("kv_capacity", "max_num_seqs") else near_saturation_text(summary.get("load_share"))
+    return Verdict(slo_met, checks, binding, evidence, steps, cost_line(summary), near)
 
 
 def binding_limit(s: dict, setup, pressed: bool) -> tuple[str, str]:
