@@ -107,8 +107,9 @@ def _suite_counts(outcomes) -> list[str]:
 def _points_table(outcomes) -> list[str]:
     from capsim.validation.runner import point_rows
 
-    header = ["split", "group", "id", "engine", "gpu", "tp", "model", "metric", "measured", "predicted", "error %"]
-    rows = [row[:11] for row, o in zip(point_rows(outcomes), outcomes) if o.status == "ok"]
+    header = ["split", "group", "id", "engine", "gpu", "tp", "model", "metric", "measured", "predicted", "error %",
+              "load share"]
+    rows = [row[:12] for row, o in zip(point_rows(outcomes), outcomes) if o.status == "ok"]
     rows.sort(key=lambda row: (row[0] != "test", row[1], row[2]))  # the test set first
     return _table(header, rows)
 
@@ -159,6 +160,11 @@ def render_page(outcomes) -> str:
         "<!-- /fidelity -->",
         "",
         "## Every simulated point",
+        "",
+        "`load share`: for a run with offered arrivals, the share of the GPU's time the simulated requests' own "
+        "work takes at that rate (the verdict's `Near saturation:` line from 0.75; [Metrics](metrics.md)). At a "
+        "share s a 1% error in capsim's step price moves TTFT and TPOT by s / (1 - s) percent or more, so the "
+        "errors of points above about 0.75 say more about capacity than about latency.",
         "",
         *_points_table(outcomes),
     ]

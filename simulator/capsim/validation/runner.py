@@ -50,6 +50,7 @@ class Outcome:
     error_pct: float | None
     status: str  # "ok", "skipped" or "failed"
     reason: str = ""
+    load_share: float | None = None  # the simulated run's load share (results.load_share), open-loop runs only
 
 
 def find_suite(suite: str | Path | None = None) -> Path:
@@ -220,7 +221,8 @@ def _compare(point: dict, base: dict, summary: dict) -> Outcome:
     except Skip as exc:
         return Outcome(**base, predicted=None, error_pct=None, status="failed", reason=str(exc))
     error = 100.0 * (value - base["measured"]) / base["measured"]
-    return Outcome(**base, predicted=value, error_pct=error, status="ok")
+    share = (summary.get("load_share") or {}).get("share")
+    return Outcome(**base, predicted=value, error_pct=error, status="ok", load_share=share)
 
 
 def _shared_runs(points: list[dict]) -> list[list[dict]]:
@@ -331,7 +333,8 @@ def point_rows(outcomes: list[Outcome]) -> list[list]:
     for o in outcomes:
         pred = None if o.predicted is None else _sig(o.predicted)
         rows.append([o.split, o.group, o.id, o.engine, o.gpu, o.tp, o.model, f"{o.metric} ({o.statistic})", _sig(o.measured),
-                     pred, _round(o.error_pct), o.status if o.status == "ok" else f"{o.status}: {o.reason}"])
+                     pred, _round(o.error_pct), None if o.load_share is None else round(o.load_share, 2),
+                     o.status if o.status == "ok" else f"{o.status}: {o.reason}"])
     return rows
 
 
@@ -339,7 +342,8 @@ def _sig(x: float) -> float:
     return float(f"{x:.4g}")
 
 
-POINT_COLUMNS = ["split", "group", "id", "engine", "gpu", "tp", "model", "metric", "measured", "predicted", "error_pct", "status"]
+POINT_COLUMNS = ["split", "group", "id", "engine", "gpu", "tp", "model", "metric", "measured", "predicted", "error_pct",
+                 "load_share", "status"]
 GROUP_COLUMNS = ["split", "group", "points", "skipped", "mape_pct", "median_abs_error_pct", "target_mape_pct"]
 
 
