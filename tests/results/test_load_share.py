@@ -12,7 +12,7 @@ from helpers import workload
 class LinearCost:
     """A step of a + c per decoding sequence + p per prompt token; records what it was asked."""
 
-    mode, window = "realistic", 0
+    mode, window, queries = "realistic", 0, 1
 
     def __init__(self, a: float, c: float, p: float):
         self.a, self.c, self.p, self.calls = a, c, p, []
@@ -61,9 +61,10 @@ def test_no_share_where_the_rate_is_not_an_offered_one(kind, fields):
     assert load_share(LinearCost(0.01, 0.0002, 0.0), summary(**fields), 10_000, kind) is None
 
 
-def test_unit_mode_has_no_share():
+@pytest.mark.parametrize("field, value", [("mode", "unit"), ("queries", 3)])
+def test_unit_mode_and_speculative_decoding_have_no_share(field, value):
     cost = LinearCost(0.01, 0.0, 0.0)
-    cost.mode = "unit"
+    setattr(cost, field, value)
     assert load_share(cost, summary(), 10_000, "poisson") is None
 
 

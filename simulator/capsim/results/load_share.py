@@ -41,12 +41,13 @@ class LoadShare:
 
 def load_share(cost, summary: dict, kv_tokens: int, arrivals_kind: str) -> LoadShare | None:
     """The run's LoadShare from its summary (mean batch, KV in use, lengths, throughput) and its
-    cost model (anything with CostModel's `step_cost`, `window` and `mode`); None for closed loops,
-    requests sent at once, saturated runs (their throughput is the server's, not the offered
-    rate), unit-mode pricing and runs without completed requests or steps."""
+    cost model (anything with CostModel's `step_cost`, `window`, `mode` and `queries`); None for
+    closed loops, requests sent at once, saturated runs (their throughput is the server's, not the
+    offered rate), unit-mode pricing, speculative decoding (a step yields a varying number of tokens
+    per sequence) and runs without completed requests or steps."""
     done = summary.get("completed", 0)
     if (arrivals_kind not in OPEN_LOOP or summary.get("saturated") or not done or not summary.get("num_steps")
-            or cost.mode == "unit"):
+            or cost.mode == "unit" or cost.queries > 1):
         return None
     batch = max(1, round(summary["mean_batch_size"]))
     context = max(1.0, summary["kv_capacity_utilisation"] * kv_tokens / max(summary["mean_batch_size"], 1.0))
