@@ -4,8 +4,8 @@ and multi-seed runs send to worker processes (or a Dask cluster) and collect.
 A `Task` carries a validated workload and its overrides (no file reads on the worker, except a
 GPU profile or trace given by path); `evaluate` runs it and returns a dict of plain numbers and
 strings: the set-up, vLLM's summary keys over the steady window, how many samples each latency
-statistic rests on, the KV capacity in concurrent sequences, goodput, saturation, the deployment's
-cost at the load, and the SLO verdict. Records are deterministic given the seed, so results do not
+statistic rests on, the KV capacity in concurrent sequences, the load share (how near saturation an
+open-loop run is), goodput, saturation, the deployment's cost at the load, and the SLO verdict. Records are deterministic given the seed, so results do not
 depend on where they ran.
 """
 
@@ -95,6 +95,7 @@ def record(result, labels: dict | None = None) -> dict:
     rec.update(sample_counts(result))
     rec.update({k: s[k] for k in ("mean_request_tokens", "max_seqs_at_mean_request", "max_seqs_at_max_model_len")})
     rec.update({k: s[k] for k in UTILISATION_KEYS})
+    rec["load_share"] = (s.get("load_share") or {}).get("share")  # open-loop runs only (results.load_share)
     rec.update({k: s.get(k) for k in ("request_goodput", "good_requests", "good_share")})
     sat = s.get("saturation") or {}
     rec.update({"saturated": bool(s.get("saturated", False)), "too_short": bool(sat.get("too_short", False)),
