@@ -27,6 +27,8 @@ def _ids(reqs):
         ("continuous", [400, 400, 400], 4, 1000, 2),  # whole prompts must fit the token budget
         ("chunked", [400, 400, 400], 4, 1000, 3),   # chunked: the third gets a 200-token chunk
         ("static", [10, 10, 10, 10, 10], 4, 1000, 4),  # a static batch of max_num_seqs
+        ("prefill_first", [400, 400, 400], 4, 1000, 3),  # as chunked: the third gets a 200-token chunk
+        ("prefill_first", [10, 10, 10], 2, 1000, 2),  # max_num_seqs caps the batch
     ],
 )
 def test_admission_limits(kind, prompts, seqs, budget, admitted):
@@ -65,6 +67,46 @@ def test_continuous_prefills_a_whole_prompt_beside_decodes():
     _hold(kv, *running)
     plan = sched.schedule(deque([make_request(300, 5)]), running_set(*running), kv)
     assert plan.num_decodes == 1 and plan.new_tokens == [300] and plan.num_tokens == 301
+
+
+def test_prefill_first_runs_prompt_chunks_in_a_step_without_the_decoders():
+    sched = make_scheduler("prefill_first", max_num_batched_tokens=100)
+    running = [decoding(10, 5), decoding(20, 5)]
+    kv = make_paged(1000)
+    _hold(kv, *running)
+    long_prompt = make_request(500, 5)
+    plan = sched.schedule(deque([long_prompt]), running_set(*running), kv)
+    assert not plan.decode_all and plan.num_decodes == 0  # SGLang's default: no mixed batches
+    assert plan.scheduled == [long_prompt] and plan.new_tokens == [100]  # the whole budget is the prompt's
+
+
+def test_prefill_first_finishes_a_partial_prompt_before_admitting_and_before_decoding():
+    sched = make_scheduler("prefill_first", max_num_batched_tokens=100)
+    partial, decoder = make_request(150, 5, computed=98), decoding(10, 5)
+    kv = make_paged(1000)
+    _hold(kv, partial, decoder)
+    newcomer = make_request(30, 5)
+    plan = sched.schedule(deque([newcomer]), running_set(decoder, partial), kv)
+    assert plan.scheduled == [partial, newcomer] and plan.new_tokens == [52, 30] and plan.num_decodes == 0
+
+
+def test_prefill_first_decodes_everyone_when_no_prompt_work_is_left():
+    sched = make_scheduler("prefill_first", max_num_batched_tokens=100)
+    running = [decoding(10, 5), decoding(20, 5)]
+    kv = make_paged(1000)
+    _hold(kv, *running)
+    plan = sched.schedule(deque(), running_set(*running), kv)
+    assert plan.decode_all and plan.num_decodes == 2 and not plan.scheduled
+    assert plan.decode_only and plan.repeat_steps >= 1
+
+
+def test_prefill_first_decodes_when_the_queue_is_blocked():
+    sched = make_scheduler("prefill_first", max_num_seqs=1, max_num_batched_tokens=100)
+    decoder = decoding(10, 5)
+    kv = make_paged(1000)
+    _hold(kv, decoder)
+    plan = sched.schedule(deque([make_request(30, 5)]), running_set(decoder), kv)
+    assert plan.num_decodes == 1 and not plan.admitted and plan.wake_on_arrival is False
 
 
 def test_preempts_the_newest_when_blocks_run_out():

@@ -156,6 +156,12 @@ def test_an_extends_cycle_or_unknown_parent_is_a_clear_error(tmp_path, monkeypat
         serving.engine_catalog.cache_clear()
 
 
+def test_sglang_runs_prompt_chunks_apart_from_its_decoders():
+    # SGLang's server_args default enable_mixed_chunk = False: prefill batches carry no decodes
+    assert load_engine("sglang").scheduler.kind == load_engine("sglang@0.3").scheduler.kind == "prefill_first"
+    assert load_engine("vllm").scheduler.kind == "chunked"
+
+
 def test_sglang_derives_its_running_request_limit_from_the_kv_pool():
     rule = load_engine("sglang").max_num_seqs_from_pool
     # 1,000,000 pool tokens at a 131,072-token context: int(1e6 / 131072 x 512) = 3,906 requests,

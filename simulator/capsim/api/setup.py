@@ -13,6 +13,7 @@ from capsim.errors import CapsimError
 from capsim.spec import config as C
 from capsim.spec.catalog import load_hardware, load_model
 from capsim.spec.formats import NumberFormat, get_format
+from capsim.sim.schedulers import CHUNKED_KINDS
 from capsim.spec.serving import EngineProfile, load_engine
 from capsim.workload.schema import WorkloadConfig
 from capsim.workload.streams import check_memory, shortest_request_tokens, with_paths_from
@@ -105,7 +106,7 @@ def resolve(w: WorkloadConfig, source: str = "inline", base_dir: Path | None = N
     _check_some_request_fits(w, max_model_len, source)
     budget = sched.max_num_batched_tokens
     if budget is None:
-        budget = 2048 if sched.kind == "chunked" else max(max_model_len, 2048)
+        budget = 2048 if sched.kind in CHUNKED_KINDS else max(max_model_len, 2048)
     if sched.kind == "continuous" and budget < max_model_len:
         raise CapsimError(
             f"{source}: field 'scheduler.max_num_batched_tokens' is {budget}, below max_model_len {max_model_len}; "

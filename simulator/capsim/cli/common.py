@@ -172,7 +172,7 @@ SETUP_OPTIONS = (
     SetupOption("ep", int, ("--ep",), "expert-parallel ranks per replica of a MoE model (docs/shapes.md)"),
     SetupOption("replicas", int, ("--replicas",), "copies of the server behind a router"),
     SetupOption("router", str, ("--router",), "round_robin | least_outstanding | least_kv"),
-    SetupOption("scheduler", str, ("--scheduler",), "static | continuous | chunked"),
+    SetupOption("scheduler", str, ("--scheduler",), "static | continuous | chunked | prefill_first"),
     SetupOption("allocator", str, ("--allocator",), "paged | contiguous"),
     SetupOption("max_num_seqs", int, ("--max-num-seqs",), "batch cap (sequences per step)"),
     SetupOption("max_num_batched_tokens", int, ("--max-num-batched-tokens",), "token budget per step"),

@@ -49,6 +49,7 @@ from capsim.planning.capacity import PROBE_WINDOW_REQUESTS, probe_requests
 from capsim.planning.plan_space import Candidate
 from capsim.results.cost import price_for
 from capsim.results.slo import Objectives
+from capsim.sim.schedulers import CHUNKED_KINDS
 from capsim.spec import config as C
 from capsim.workload.schema import WorkloadConfig
 from capsim.workload.streams import build_stream
@@ -235,7 +236,7 @@ def _bound_model(setup, cost_models: dict) -> BoundModel:
     if key not in cost_models:
         cost_models[key] = (cost_model_for(setup, None), {})
     cost, memo = cost_models[key]
-    return BoundModel(cost, setup.max_num_batched_tokens, w.scheduler.kind == "chunked", memo)
+    return BoundModel(cost, setup.max_num_batched_tokens, w.scheduler.kind in CHUNKED_KINDS, memo)
 
 
 def _throughput(setup, model: BoundModel, demand: Traffic, objectives, base: dict):

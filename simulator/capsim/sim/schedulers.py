@@ -5,6 +5,9 @@
   joining request's whole prompt is prefilled in the step that admits it.
 - chunked (Sarathi / vLLM's default): a per-step token budget; running decodes first, the rest
   of the budget goes to prompt chunks, so a long prompt spans several steps.
+- prefill_first (SGLang's default, `enable_mixed_chunk` off): prompt chunks and decodes never share
+  a step; while any prompt work fits the budget (unfinished prompts first, then newcomers FCFS) the
+  step prefills only, and the decoders wait; otherwise the step decodes every running request.
 When a running request needs memory and none is free, the newest running request is preempted
 (recompute: it returns to the front of the queue and later recomputes what it had).
 
@@ -111,13 +114,14 @@ class Scheduler:
         return free, budget
 
     def _admit(self, waiting, running: RunningSet, kv: Allocator, plan: StepPlan, free: int, budget: int,
-               whole_prompt: bool) -> bool:
-        """Admit waiting requests FCFS while seats, budget and memory allow. Returns True when the
-        queue ran out (so a new arrival could be admitted next step), False when admission is
-        blocked (a new arrival would only queue behind)."""
+               whole_prompt: bool, seated: int | None = None) -> bool:
+        """Admit waiting requests FCFS while seats, budget and memory allow (`seated`: seats taken
+        already; default the plan's sequences). Returns True when the queue ran out (so a new
+        arrival could be admitted next step), False when admission is blocked (a new arrival would
+        only queue behind)."""
         if waiting and self._between_schedules(running):
             return False  # mid multi-step window: nobody joins until the boundary
-        seqs = plan.num_seqs
+        seqs = plan.num_seqs if seated is None else seated
         for req in waiting:
             reason = self.reject_reason(req, kv)
             if reason is not None:
@@ -192,8 +196,40 @@ class ChunkedPrefillScheduler(ContinuousScheduler):
     whole_prompt = False
 
 
+class PrefillFirstScheduler(Scheduler):
+    """Chunked prefill in steps of their own: a step with prompt work carries no decodes."""
+
+    kind = "prefill_first"
+
+    def schedule(self, waiting, running, kv):
+        plan = StepPlan(slots=self.max_num_seqs)
+        free, budget = kv.free_units, self.max_num_batched_tokens
+        for req in running.partial():  # unfinished prompts continue first
+            tokens = min(req.pending_tokens, budget)
+            if tokens <= 0:
+                continue
+            need = kv.units_needed(req, req.computed_tokens + tokens) + kv.fork_units(req, req.computed_tokens + tokens)
+            if need > free:
+                break  # out of memory: the decode path below preempts
+            plan.scheduled.append(req)
+            plan.new_tokens.append(tokens)
+            free, budget = free - need, budget - tokens
+        if waiting:
+            # every running request keeps its seat, decoding in this step or not
+            plan.wake_on_arrival = self._admit(waiting, running, kv, plan, free, budget, whole_prompt=False,
+                                               seated=len(running))
+        if plan.scheduled:
+            return plan
+        # no prompt work fits: every running request decodes (preempting the newest when memory runs out)
+        self._plan_running(running, kv, plan, UNLIMITED)
+        self._set_repeat(plan, running, kv)
+        return plan
+
+
 SCHEDULERS: dict[str, type[Scheduler]] = {
     "static": StaticScheduler,
     "continuous": ContinuousScheduler,
     "chunked": ChunkedPrefillScheduler,
+    "prefill_first": PrefillFirstScheduler,
 }
+CHUNKED_KINDS = ("chunked", "prefill_first")  # kinds that cut prompts to the step's token budget

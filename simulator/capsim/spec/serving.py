@@ -24,7 +24,7 @@ from capsim.errors import CapsimError, did_you_mean, quote
 class EngineScheduler(Frozen):
     """The engine's scheduling defaults (vLLM's names)."""
 
-    kind: Literal["static", "continuous", "chunked"]
+    kind: Literal["static", "continuous", "chunked", "prefill_first"]
     max_num_seqs: int = Field(gt=0)
     max_num_batched_tokens: int | None = Field(None, gt=0, description="None: max(max_model_len, 2048)")
     block_size: int = Field(gt=0)

@@ -204,10 +204,11 @@ def _check_lengths(obj, where: str) -> None:
 
 
 class SchedulerConfig(Frozen):
-    kind: Literal["static", "continuous", "chunked"] = "chunked"
+    kind: Literal["static", "continuous", "chunked", "prefill_first"] = "chunked"
     max_num_seqs: int = Field(256, gt=0, le=10_000_000)
     max_num_batched_tokens: int | None = Field(
-        None, gt=0, le=L.MAX_TOKENS, description="per-step token budget; default 2048 for chunked, max(max_model_len, 2048) otherwise"
+        None, gt=0, le=L.MAX_TOKENS,
+        description="per-step token budget; default 2048 for chunked and prefill_first, max(max_model_len, 2048) otherwise"
     )
     block_size: int = Field(16, gt=0, le=L.MAX_BLOCK_SIZE, description="tokens per KV block (vLLM: 16; "
                             f"at most {L.MAX_BLOCK_SIZE})")
