@@ -379,3 +379,12 @@ def test_run_point_reports_failures_instead_of_raising(points):
     broken = dict(points[FAST[0]], gpu="no-such-gpu")
     o = run_point(broken)
     assert o.status == "failed" and "unknown GPU" in o.reason
+
+
+def test_a_run_that_completes_no_request_is_a_failure_not_a_zero(points):
+    # 100,000-token prompts of Llama-3.1-8B bf16 on a 24 GB L4: the KV cache holds far fewer tokens,
+    # so every request is rejected; the point must say so rather than compare a 0 with the measurement
+    p = dict(points["trtllm014-h100sxm-llama31-8b-bf16-467-256-qps2-ttft"], gpu="l4", prompt_tokens=100_000, num_requests=5)
+    o = run_point(p)
+    assert (o.status, o.predicted, o.error_pct) == ("failed", None, None)
+    assert "completed none of the point's requests: 5 rejected (5 exceeds_kv_capacity)" in o.reason

@@ -113,7 +113,19 @@ def run_points(points: list[dict]) -> list[Outcome]:
     except CapsimError as exc:
         return [Outcome(**{**b, "engine": w.engine or b["engine"]}, predicted=None, error_pct=None, status="failed",
                         reason=str(exc)) for b in bases]
+    if not summary.get("completed"):
+        # nothing to read a latency or a rate from: a zero would be a made-up prediction
+        return [Outcome(**{**b, "engine": w.engine or b["engine"]}, predicted=None, error_pct=None, status="failed",
+                        reason=_none_completed(summary)) for b in bases]
     return [_compare(p, {**b, "engine": w.engine or b["engine"]}, summary) for p, b in zip(points, bases)]
+
+
+def _none_completed(summary: dict) -> str:
+    """Why a simulated run completed no request, in words."""
+    reasons = ", ".join(f"{n} {why}" for why, n in sorted((summary.get("rejected_reasons") or {}).items()))
+    rejected = f"{summary.get('rejected', 0)} rejected ({reasons})" if reasons else f"{summary.get('rejected', 0)} rejected"
+    return (f"the simulated system completed none of the point's requests: {rejected}, "
+            f"{summary.get('unfinished', 0)} unfinished (see `capsim run --explain` for its memory budget)")
 
 
 MAX_LONGER_RUNS = 2  # a steady window still too short after the run is doubled twice is reported as it is
