@@ -13,8 +13,13 @@ current class value (0.0294 us) is printed beside it.
 
 GEMMs (gemm_perf.parquet, B200): capsim's form t = a + (mem^4 + comp^4)^(1/4) with mem = weight bytes /
 (eta_bw x BW) and comp = 2MNK / (eta_c x peak x M'/(M' + 64)), M' = max(M, 128), fitted on Llama-70B-sized
-shapes (N in 8192, 10240, 51200, 65536; K in 8192, 16384, 51200). Reading parquet needs pyarrow (capsim's
-`parquet` extra).
+shapes (N in 8192, 10240, 51200, 65536; K in 8192, 16384, 51200).
+
+Weight formats at small M (gemm_perf.parquet, every GPU and framework): the median over M = 1-16 and eight
+Llama/Qwen-sized shapes of the FP8 (per-tensor) and block-FP8 GEMM's time over the bf16 GEMM's, and the
+engine-profile multiplier it gives (kernel_efficiency.weight_formats): the bf16 multiplier x (format bytes /
+bf16 bytes) / that ratio, so that a weight-read-bound GEMM in the format takes that ratio of the bf16 time.
+Reading parquet needs pyarrow (capsim's `parquet` extra).
 """
 
 from __future__ import annotations
@@ -32,6 +37,12 @@ HEADS = ((64, 8), (32, 8))  # (query heads, KV heads) at head size 128
 KV_BYTES = {"fp8": 1.0, "bfloat16": 2.0}
 GRID_SEQ_S = np.arange(0.002e-6, 0.060e-6, 0.0005e-6)
 GRID_A_S = np.arange(0.0, 15e-6, 0.5e-6)
+
+SMALL_M = (1, 2, 4, 8, 16)  # decode and short-prompt GEMMs: weight-read bound
+SMALL_M_SHAPES = ((6144, 4096), (4096, 4096), (12288, 4096), (4096, 12288), (16384, 4096), (8192, 8192),
+                  (10240, 8192), (8192, 28672))  # (N, K): Llama-3-8B / Qwen3-8B and Llama-70B projections
+FORMAT_BYTES = {"fp8": 8 / 16, "fp8_block": (8 + 32 / (128 * 128)) / 16}  # over bf16 (capsim.spec.formats)
+BF16_BANDWIDTH_MULTIPLIER = 0.88  # the vllm and sglang profiles' kernel_efficiency.bandwidth
 
 B200_PEAK = {"nvfp4": 9.0e15, "fp8": 4.5e15, "bfloat16": 2.25e15}  # dense, hardware_profiles/b200.yaml
 WEIGHT_BYTES = {"nvfp4": 4.5 / 8, "fp8": 1.0, "bfloat16": 2.0}  # NVFP4: 4 bits + one 8-bit scale per 16 values
@@ -74,6 +85,8 @@ def attention_sets(data_dir: Path):
     """(gpu, framework version, kernel, KV format, heads, table) for every decode-attention collection."""
     for path in sorted(data_dir.glob("*_sxm/attention/*/*/generation_attention_perf.parquet")):
         gpu = path.relative_to(data_dir).parts[0]
+        if gpu not in BANDWIDTH:
+            continue  # the GPUs capsim's profiles were fitted for
         d = pd.read_parquet(path)
         if "window_size" in d:
             d = d[d["window_size"] == 0]
@@ -97,6 +110,27 @@ def gemm_sets(data_dir: Path):
                 yield f"{d['framework'].iloc[0]} {d['version'].iloc[0]}", kernel, dtype, x
 
 
+def weight_format_ratios(d: pd.DataFrame) -> dict[str, float]:
+    """Median over SMALL_M x SMALL_M_SHAPES of each FP8 format's GEMM time over bf16's (formats measured)."""
+    d = d[d["m"].isin(SMALL_M)]
+    best = d.groupby(["gemm_dtype", "m", "n", "k"])["latency"].min()
+    out = {}
+    for fmt in FORMAT_BYTES:
+        ratios = [best[(fmt, m, n, k)] / best[("bfloat16", m, n, k)] for m in SMALL_M for n, k in SMALL_M_SHAPES
+                  if (fmt, m, n, k) in best.index and ("bfloat16", m, n, k) in best.index]
+        if ratios:
+            out[fmt] = float(np.median(ratios))
+    return out
+
+
+def weight_format_sets(data_dir: Path, framework: str):
+    """(gpu, version, {format: ratio}) for every GEMM table of one framework."""
+    for path in sorted(data_dir.glob(f"*/gemm/{framework}/*/gemm_perf.parquet")):
+        ratios = weight_format_ratios(pd.read_parquet(path))
+        if ratios:
+            yield path.relative_to(data_dir).parts[0], path.parent.name, ratios
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aiconfigurator", type=Path, required=True,
@@ -117,6 +151,19 @@ def main() -> None:
         c, bw, a_s, err = gemm_fit(x["m"], x["n"], x["k"], x["latency"] / 1e3, dtype, BANDWIDTH["b200_sxm"])
         print(f"  {version:18s} {kernel:36s} {dtype:9s} ({len(x)}): eta_c {c:.2f}, eta_bw {bw:.2f}, a {a_s * 1e6:.0f} us, "
               f"mean |error| {100 * err:.1f}%")
+
+
+    print("Weight formats at M = 1-16 (GEMM time over bf16's; profile multiplier = 0.88 x bytes ratio / time ratio):")
+    for framework in ("sglang", "vllm", "trtllm"):
+        per_gpu: dict[str, dict[str, list[float]]] = {}
+        for gpu, version, ratios in weight_format_sets(data_dir, framework):
+            print(f"  {framework:7s} {version:12s} {gpu:22s} " + ", ".join(f"{f} {r:.3f}" for f, r in ratios.items()))
+            for fmt, r in ratios.items():
+                per_gpu.setdefault(gpu, {}).setdefault(fmt, []).append(r)
+        for gpu, fmts in per_gpu.items():
+            print(f"  {framework:7s} median over versions {gpu:22s} " + ", ".join(
+                f"{f} {float(np.median(r)):.3f} -> multiplier {BF16_BANDWIDTH_MULTIPLIER * FORMAT_BYTES[f] / float(np.median(r)):.2f}"
+                for f, r in fmts.items()))
 
 
 if __name__ == "__main__":

@@ -78,3 +78,35 @@ def test_a_folder_without_the_tables_is_refused_with_a_message(tmp_path):
     run = subprocess.run([sys.executable, str(REPO / "scripts" / "aiconfigurator_fit.py"), "--aiconfigurator", str(tmp_path)],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "no aiconfigurator tables" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_weight_format_ratios_are_the_median_small_m_time_over_bf16s(tmp_path):
+    pytest.importorskip("pyarrow")
+    script = script_module("aiconfigurator_fit")
+    rows = []
+    for i, (n, k) in enumerate(script.SMALL_M_SHAPES):
+        for m in (*script.SMALL_M, 512):  # M = 512 is compute-bound and left out
+            bf16 = 10.0 + i
+            for dtype, ratio in (("bfloat16", 1.0), ("fp8", 0.6 + 0.01 * i), ("fp8_block", 0.7 if m != 512 else 9.0)):
+                rows.append({"framework": "SGLang", "version": "9.9", "kernel_source": "sglang", "gemm_dtype": dtype,
+                             "m": m, "n": n, "k": k, "latency": bf16 * ratio / 1e3})
+    path = tmp_path / "h100_sxm" / "gemm" / "sglang" / "9.9"
+    path.mkdir(parents=True)
+    pd.DataFrame(rows).to_parquet(path / "gemm_perf.parquet")
+    (gpu, version, ratios), = script.weight_format_sets(tmp_path, "sglang")
+    assert (gpu, version) == ("h100_sxm", "9.9")
+    assert ratios["fp8"] == pytest.approx(0.635) and ratios["fp8_block"] == pytest.approx(0.7)  # medians over 8 shapes
+
+
+def test_the_sglang_profile_carries_the_weight_format_multipliers_the_ratios_give():
+    # multiplier = 0.88 x bytes ratio / time ratio, with the medians docs/cost-model.md quotes
+    from capsim.spec.serving import load_engine
+
+    script = script_module("aiconfigurator_fit")
+    factors = load_engine("sglang@0.4").kernel_efficiency.weight_formats
+    measured = {"fp8_e4m3@h100-sxm": ("fp8", 0.665), "fp8_block@h100-sxm": ("fp8_block", 0.615),
+                "fp8_e4m3@h200": ("fp8", 0.756), "fp8_block@h200": ("fp8_block", 0.725),
+                "fp8_e4m3@b200": ("fp8", 0.812), "fp8_block@b200": ("fp8_block", 1.803), "fp8_e4m3@l40s": ("fp8", 0.546)}
+    assert set(factors) == set(measured)
+    for key, (fmt, ratio) in measured.items():
+        assert factors[key] == pytest.approx(script.BF16_BANDWIDTH_MULTIPLIER * script.FORMAT_BYTES[fmt] / ratio, abs=0.006)

@@ -56,6 +56,39 @@ def test_weight_only_formats_use_their_bandwidth_class_and_launch_more_kernels()
     assert r.layer_graph_s == pytest.approx(10e-6 + (10 + 4) * 2e-6)
 
 
+def test_a_weight_format_factor_for_this_gpu_wins_and_leaves_the_activation_traffic_alone():
+    factors = {"int4_g128": 0.9, "int4_g128@round-gpu": 0.5, "int4_g128@other-gpu": 0.7}
+    engine = ENGINE.model_copy(update={"kernel_efficiency": ENGINE.kernel_efficiency.model_copy(
+        update={"weight_formats": factors})})
+    r = realistic_rates(GPU, engine, get_format("int4_g128"))
+    assert r.eta_weights_bw == pytest.approx(0.8 * 0.5)  # FORMAT@GPU first
+    assert r.eta_stream_bw == 1.0  # elementwise traffic is 16-bit whatever the weights: 0.8 x 1.3, capped
+    other = realistic_rates(GPU.model_copy(update={"name": "third-gpu"}), engine, get_format("int4_g128"))
+    assert other.eta_weights_bw == pytest.approx(0.8 * 0.9)  # then FORMAT
+    assert realistic_rates(GPU, engine, get_format("fp16")).eta_weights_bw == 1.0  # then the engine's bandwidth
+
+
+def test_weight_format_keys_name_a_known_format():
+    bad = dict(ENGINE.model_dump(), kernel_efficiency={"weight_formats": {"fp9@h100-sxm": 0.5}})
+    with pytest.raises(ValueError, match="weight_formats key 'fp9@h100-sxm': expected FORMAT or FORMAT@GPU"):
+        EngineProfile.model_validate(bad)
+
+
+def test_sglang_block_fp8_decode_gemms_take_the_measured_share_of_bf16s_time_on_h100():
+    # Hand calculation: a weight-read-bound GEMM takes bytes / (GEMV share x engine factor x bandwidth).
+    # Block FP8 moves 8 + 32/16384 bits per weight against bf16's 16, at the factor 0.72 against 0.88, so
+    # 0.5001 x 0.88 / 0.72 = 0.611 of the bf16 time; aiconfigurator's SGLang tables: median 0.615 (M = 1-16)
+    from capsim.spec.catalog import load_hardware
+    from capsim.spec.serving import load_engine
+    gpu, sglang = load_hardware("h100-sxm"), load_engine("sglang@0.4")
+    blk, bf16 = get_format("fp8_block"), get_format("bf16")
+    ratio = (blk.bytes_per_value / realistic_rates(gpu, sglang, blk).eta_weights_bw) / (
+        bf16.bytes_per_value / realistic_rates(gpu, sglang, bf16).eta_weights_bw)
+    assert ratio == pytest.approx(0.5001 * 0.88 / 0.72, rel=1e-3) and ratio == pytest.approx(0.615, abs=0.01)
+    a100 = load_hardware("a100-80g")  # not measured: FP8 weights stream at the bf16 factor there
+    assert realistic_rates(a100, sglang, blk).eta_weights_bw == realistic_rates(a100, sglang, bf16).eta_weights_bw
+
+
 def test_without_flash_attention_scores_are_materialised():
     eager = ENGINE.model_copy(update={"flash_attention": False, "cuda_graphs": False})
     r = realistic_rates(GPU, eager, get_format("fp16"))

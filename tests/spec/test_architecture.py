@@ -6,6 +6,7 @@ Every expected number is written out from the model's config.json so a reader ca
 from __future__ import annotations
 
 import pytest
+from capsim.errors import CapsimError
 from capsim.spec.architecture import (
     kv_bytes_for_context,
     kv_bytes_per_token,
@@ -92,6 +93,11 @@ def test_block_format_sizes():
     assert get_format("q4_0", for_kv=True).bytes_per_value * 32 == 18  # 32 nibbles + fp16 scale
     assert get_format("tbq4", for_kv=True).bits_per_value == 4.125
     assert get_format("fp8", for_kv=True).bytes_per_value == 1
+    # fine-grained FP8 weights: one fp32 scale per 128 x 128 block, tensor-core math in fp8; not a KV format
+    blk = get_format("fp8_block")
+    assert blk.bytes_per_value * 128 * 128 == 128 * 128 + 4 and blk.compute_dtype == "fp8" and not blk.kv_capable
+    with pytest.raises(CapsimError, match="unknown KV-cache format 'fp8_block'"):
+        get_format("fp8_block", for_kv=True)
 
 
 @pytest.mark.parametrize(

@@ -28,8 +28,8 @@ SCORE_BYTES_PER_PAIR = 16.0
 @dataclass(frozen=True)
 class Rates:
     bandwidth_bytes_per_s: float
-    eta_weights_bw: float  # weight (GEMM) reads: the GPU's GEMV share x the engine's kernel factor
-    eta_stream_bw: float  # elementwise kernels' traffic: the GPU's streaming share x the same factor
+    eta_weights_bw: float  # weight (GEMM) reads: the GPU's GEMV share x the engine's factor for the weight format
+    eta_stream_bw: float  # elementwise kernels' traffic: the GPU's streaming share x the engine's bandwidth factor
     eta_attn_bw: float  # KV reads and writes
     eta_gemm: float  # large-GEMM share of gemm_peak_flops, for the weights' compute dtype
     half_tokens: float  # GEMM ramp: eta(M) = eta_gemm * M / (M + half_tokens) ...
@@ -95,7 +95,7 @@ def realistic_rates(hardware: HardwareProfile, engine: EngineProfile | None, wei
     """The rates of one set-up; engine None is the bare GPU roofline (no host time, no kernels)."""
     eff, over = hardware.efficiency, hardware.overhead
     k = engine.kernel_efficiency if engine is not None else None
-    bw_factor = k.weight_formats.get(weights.name, k.bandwidth) if k else 1.0
+    bw_factor = k.weight_format_bandwidth(weights.name, hardware.name) if k else 1.0
     gemv = eff.gemv_bandwidth if eff.gemv_bandwidth is not None else eff.bandwidth
     weight_only = weights.compute_dtype == "fp16" and weights.bits_per_value < 16
     kernels = engine.kernels_for(weight_only) if engine is not None else 0.0
@@ -108,7 +108,7 @@ def realistic_rates(hardware: HardwareProfile, engine: EngineProfile | None, wei
     return Rates(
         bandwidth_bytes_per_s=hardware.memory_bandwidth_bytes_per_s,
         eta_weights_bw=_eff(gemv, bw_factor),
-        eta_stream_bw=_eff(eff.bandwidth, bw_factor),
+        eta_stream_bw=_eff(eff.bandwidth, k.bandwidth if k else 1.0),  # activations stay 16-bit whatever the weights
         eta_attn_bw=_eff(eff.attention_bandwidth or eff.bandwidth, k.attention_bandwidth if k else 1.0),
         eta_gemm=_eff(eff.compute_for(_gemm_dtype(engine, weights)), k.compute if k else 1.0),
         half_tokens=eff.compute_half_tokens,

@@ -40,6 +40,12 @@ FORMATS: dict[str, NumberFormat] = {
         NumberFormat("bf16", 16, "bf16", 0.0, True, "bfloat16"),
         NumberFormat("fp8_e4m3", 8, "fp8", 1.0, True, "OCP FP8 (E4M3), per-tensor scale"),
         NumberFormat("fp8_e5m2", 8, "fp8", 1.0, True, "OCP FP8 (E5M2), per-tensor scale"),
+        NumberFormat(
+            "fp8_block", 8 + 32 / (128 * 128), "fp8", 1.0, False,
+            "fine-grained FP8 (E4M3) weights with one fp32 scale per 128 x 128 block, activations scaled per "
+            "token and 128-channel group (DeepSeek-V3 and the Qwen team's FP8 checkpoints; Hugging Face "
+            "transformers FineGrainedFP8Config, weight_block_size (128, 128))",
+        ),
         NumberFormat("int8", 8, "int8", 1.0, True, "INT8, per-channel/per-token scales (amortised)"),
         NumberFormat("q8_0", 34 * 8 / 32, "fp16", 2.0, True, f"34 bytes / 32 values; {_GGML}"),
         NumberFormat("q4_0", 18 * 8 / 32, "fp16", 3.0, True, f"18 bytes / 32 values; {_GGML}"),
@@ -72,7 +78,7 @@ FORMATS: dict[str, NumberFormat] = {
     ]
 }
 
-ALIASES = {"fp8": "fp8_e4m3", "e4m3": "fp8_e4m3", "e5m2": "fp8_e5m2", "half": "fp16", "float16": "fp16",
+ALIASES = {"fp8": "fp8_e4m3", "fp8_blockwise": "fp8_block", "fp8-block": "fp8_block", "e4m3": "fp8_e4m3", "e5m2": "fp8_e5m2", "half": "fp16", "float16": "fp16",
            "bfloat16": "bf16", "float32": "fp32", "int4": "int4_g128", "awq": "int4_g128", "gptq": "int4_g128"}
 
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from capsim.spec.config import Frozen, read_yaml, validate
+from capsim.spec.formats import FORMATS
 from capsim.errors import CapsimError, did_you_mean, quote
 
 
@@ -95,14 +96,30 @@ class EngineOverhead(Frozen):
 class KernelEfficiency(Frozen):
     """Multipliers on the GPU profile's efficiencies for this engine's kernels (1 = the GPU's
     achievable rate): `bandwidth` for weight reads (GEMV), `attention_bandwidth` for KV reads.
-    `weight_formats` overrides `bandwidth` per weight format."""
+    `weight_formats` overrides `bandwidth` per weight format, keyed `FORMAT` or `FORMAT@GPU` (a
+    catalogue GPU's name: the engine's kernels for that format measured on that GPU); the GPU's
+    own key wins (weight_format_bandwidth)."""
 
     bandwidth: float = Field(1.0, gt=0, le=1.5)
     attention_bandwidth: float = Field(1.0, gt=0, le=1.5)
     compute: float = Field(1.0, gt=0, le=1.5)
     attention_compute: float = Field(1.0, gt=0, le=1.5)
-    weight_formats: dict[str, float] = {}
+    weight_formats: dict[str, Annotated[float, Field(gt=0, le=1.5)]] = {}
     fp16_accumulate: bool = Field(False, description="fp16 GEMMs accumulate in fp16 (GeForce: twice the rate)")
+
+    @field_validator("weight_formats")
+    @classmethod
+    def _known_formats(cls, value: dict[str, float]) -> dict[str, float]:
+        for key in value:
+            fmt, _, gpu = key.partition("@")
+            if fmt not in FORMATS or (("@" in key) and not gpu):
+                raise ValueError(f"weight_formats key {key!r}: expected FORMAT or FORMAT@GPU with FORMAT one of "
+                                 f"{', '.join(FORMATS)}")
+        return value
+
+    def weight_format_bandwidth(self, fmt: str, gpu: str) -> float:
+        """The multiplier on the GPU's weight-read rate for weights in `fmt` on GPU `gpu`."""
+        return self.weight_formats.get(f"{fmt}@{gpu}", self.weight_formats.get(fmt, self.bandwidth))
 
 
 class EngineMemory(Frozen):
