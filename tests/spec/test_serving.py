@@ -23,6 +23,15 @@ def test_every_engine_loads_and_says_where_its_numbers_come_from():
             assert prof.sources.get(field, "").strip(), f"{name}: no source for {field}"
 
 
+def test_every_per_gpu_weight_format_factor_names_a_catalogue_gpu():
+    from capsim.spec.catalog import hardware_catalog
+
+    names = {hw.name for hw in hardware_catalog().values()}
+    keyed = [(e.name, key) for e in engine_catalog().values() for key in e.kernel_efficiency.weight_formats if "@" in key]
+    assert keyed  # sglang@0.4's measured FP8 rates
+    assert [(e, key) for e, key in keyed if key.split("@")[1] not in names] == []
+
+
 def test_an_older_release_extends_its_engine_and_lists_only_differences():
     new, old = load_engine("llama.cpp@2024-05"), load_engine("llama.cpp@2024-01")
     assert new.cuda_graphs and not old.cuda_graphs

@@ -78,8 +78,9 @@ FORMATS: dict[str, NumberFormat] = {
     ]
 }
 
-ALIASES = {"fp8": "fp8_e4m3", "fp8_blockwise": "fp8_block", "fp8-block": "fp8_block", "e4m3": "fp8_e4m3", "e5m2": "fp8_e5m2", "half": "fp16", "float16": "fp16",
-           "bfloat16": "bf16", "float32": "fp32", "int4": "int4_g128", "awq": "int4_g128", "gptq": "int4_g128"}
+ALIASES = {"fp8": "fp8_e4m3", "e4m3": "fp8_e4m3", "e5m2": "fp8_e5m2", "fp8_blockwise": "fp8_block", "fp8-block": "fp8_block",
+           "half": "fp16", "float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int4": "int4_g128",
+           "awq": "int4_g128", "gptq": "int4_g128"}
 
 
 def get_format(name: str, *, for_kv: bool = False, where: str = "format") -> NumberFormat:
