@@ -15,7 +15,8 @@ GEMMs (gemm_perf.parquet, B200): capsim's form t = a + (mem^4 + comp^4)^(1/4) wi
 (eta_bw x BW) and comp = 2MNK / (eta_c x peak x M'/(M' + 64)), M' = max(M, 128), fitted on Llama-70B-sized
 shapes (N in 8192, 10240, 51200, 65536; K in 8192, 16384, 51200).
 
-Weight formats at small M (gemm_perf.parquet, every GPU and framework): the median over M = 1-16 and eight
+Weight reads at small M (gemm_perf.parquet): the bf16 GEMMs' weight bytes per second as a share of the datasheet
+bandwidth (H100, H200, B200), and, for every GPU and framework, the median over M = 1-16 and eight
 Llama/Qwen-sized shapes of the FP8 (per-tensor) and block-FP8 GEMM's time over the bf16 GEMM's, and the
 engine-profile multiplier it gives (kernel_efficiency.weight_formats): the bf16 multiplier x (format bytes /
 bf16 bytes) / that ratio, so that a weight-read-bound GEMM in the format takes that ratio of the bf16 time.
@@ -123,6 +124,15 @@ def weight_format_ratios(d: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def bf16_weight_read_share(d: pd.DataFrame, bandwidth: float) -> float | None:
+    """Median over SMALL_M x SMALL_M_SHAPES of a bf16 GEMM's weight bytes / time, as a share of `bandwidth`
+    (None: no such bf16 rows)."""
+    best = d[d["gemm_dtype"] == "bfloat16"].groupby(["m", "n", "k"])["latency"].min()
+    shares = [n * k * 2 / (best[(m, n, k)] / 1e3) / bandwidth for m in SMALL_M for n, k in SMALL_M_SHAPES
+              if (m, n, k) in best.index]
+    return float(np.median(shares)) if shares else None
+
+
 def weight_format_sets(data_dir: Path, framework: str):
     """(gpu, version, {format: ratio}) for every GEMM table of one framework."""
     for path in sorted(data_dir.glob(f"*/gemm/{framework}/*/gemm_perf.parquet")):
@@ -153,6 +163,13 @@ def main() -> None:
               f"mean |error| {100 * err:.1f}%")
 
 
+    print("bf16 weight reads at M = 1-16, share of the datasheet bandwidth (capsim's Hopper GEMV: 0.77 x 0.88 = 0.68):")
+    for path in sorted(data_dir.glob("*/gemm/*/*/gemm_perf.parquet")):
+        gpu = path.relative_to(data_dir).parts[0]
+        if gpu in BANDWIDTH:
+            share = bf16_weight_read_share(pd.read_parquet(path), BANDWIDTH[gpu])
+            if share is not None:
+                print(f"  {gpu:8s} {path.parent.parent.name:7s} {path.parent.name:12s} {share:.3f}")
     print("Weight formats at M = 1-16 (GEMM time over bf16's; profile multiplier = 0.88 x bytes ratio / time ratio):")
     for framework in ("sglang", "vllm", "trtllm"):
         per_gpu: dict[str, dict[str, list[float]]] = {}

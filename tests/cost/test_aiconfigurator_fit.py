@@ -110,3 +110,11 @@ def test_the_sglang_profile_carries_the_weight_format_multipliers_the_ratios_giv
     assert set(factors) == set(measured)
     for key, (fmt, ratio) in measured.items():
         assert factors[key] == pytest.approx(script.BF16_BANDWIDTH_MULTIPLIER * script.FORMAT_BYTES[fmt] / ratio, abs=0.006)
+
+
+def test_the_bf16_weight_read_share_is_bytes_over_time_against_the_datasheet():
+    script = script_module("aiconfigurator_fit")
+    rows = [{"gemm_dtype": "bfloat16", "m": m, "n": n, "k": k, "latency": n * k * 2 / (0.75 * 3.35e12) * 1e3}
+            for m in script.SMALL_M for n, k in script.SMALL_M_SHAPES]
+    assert script.bf16_weight_read_share(pd.DataFrame(rows), 3.35e12) == pytest.approx(0.75)
+    assert script.bf16_weight_read_share(pd.DataFrame(rows).assign(gemm_dtype="fp8"), 3.35e12) is None
