@@ -381,6 +381,14 @@ def test_run_point_reports_failures_instead_of_raising(points):
     assert o.status == "failed" and "unknown GPU" in o.reason
 
 
+def test_a_stated_router_reaches_the_simulation(points):
+    server, interactive = points["mlperf51-nvidia-dgxb200x8-server-ttft-mean"], points["mlperf51-nvidia-dgxb200x8-interactive-ttft-mean"]
+    assert (workload_for(server).router, workload_for(interactive).router) == ("least_outstanding", "round_robin")
+    assert workload_for(points["mlperf41-nvidia-h200x8-server-ttft-mean"]).router == "round_robin"  # none stated
+    with pytest.raises(Skip, match="router 'random' not understood"):
+        workload_for(dict(server, router="random"))
+
+
 def test_a_run_that_completes_no_request_is_a_failure_not_a_zero(points):
     # 100,000-token prompts of Llama-3.1-8B bf16 on a 24 GB L4: the KV cache holds far fewer tokens,
     # so every request is rejected; the point must say so rather than compare a 0 with the measurement

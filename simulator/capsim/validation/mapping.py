@@ -249,11 +249,19 @@ def _point_conditions(point: dict) -> dict:
     return out
 
 
+ROUTERS = ("round_robin", "least_outstanding")  # the ones a point may state (capsim's Intake.ROUTERS)
+
+
 def _stated_system(point: dict) -> dict:
-    """Copies of the model (`replicas`) and server settings (`server_flags`) a point states."""
+    """Copies of the model (`replicas`), how requests are spread over them (`router`) and server
+    settings (`server_flags`) a point states."""
     out: dict = {}
     if point.get("replicas"):
         out["replicas"] = int(point["replicas"])
+    if point.get("router") is not None:
+        if point["router"] not in ROUTERS:
+            raise Skip(f"router {point['router']!r} not understood (allowed: {', '.join(ROUTERS)})")
+        out["router"] = point["router"]
     flags = dict(point.get("server_flags") or {})
     unknown = sorted(set(flags) - {*SCHEDULER_FLAGS, "gpu_memory_utilization", "max_model_len"})
     if unknown:
