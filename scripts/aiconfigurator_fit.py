@@ -161,8 +161,6 @@ def main() -> None:
         c, bw, a_s, err = gemm_fit(x["m"], x["n"], x["k"], x["latency"] / 1e3, dtype, BANDWIDTH["b200_sxm"])
         print(f"  {version:18s} {kernel:36s} {dtype:9s} ({len(x)}): eta_c {c:.2f}, eta_bw {bw:.2f}, a {a_s * 1e6:.0f} us, "
               f"mean |error| {100 * err:.1f}%")
-
-
     print("bf16 weight reads at M = 1-16, share of the datasheet bandwidth (capsim's Hopper GEMV: 0.77 x 0.88 = 0.68):")
     for path in sorted(data_dir.glob("*/gemm/*/*/gemm_perf.parquet")):
         gpu = path.relative_to(data_dir).parts[0]
