@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 from pathlib import Path
+from typing import get_args
 
 from capsim.errors import CapsimError
 from capsim.spec.config import read_yaml, validate
@@ -249,7 +250,7 @@ def _point_conditions(point: dict) -> dict:
     return out
 
 
-ROUTERS = ("round_robin", "least_outstanding")  # the ones a point may state (capsim's Intake.ROUTERS)
+ROUTERS = get_args(WorkloadConfig.model_fields["router"].annotation)  # the workload's own choices
 
 
 def _stated_system(point: dict) -> dict:
