@@ -1,6 +1,6 @@
 """capsim's per-operator forms fitted to NVIDIA's measured per-operator database (ai-dynamo/aiconfigurator):
-the decode-attention cost per sequence and KV head, by GPU, engine and KV-cache format, and the B200's
-GEMM share per format, by framework (docs/cost-model.md, "Measured operators").
+the decode-attention cost per sequence and KV head, by GPU, engine and KV-cache format, and the GEMM
+share per format of the B200, H100 and H200, by framework (docs/cost-model.md, "Measured operators").
 
     python scripts/aiconfigurator_fit.py --aiconfigurator PATH/aic-core/src/aiconfigurator_core/systems/data
 
@@ -11,7 +11,7 @@ profile's `attention_seq_s`) and the intercept `a` are fitted on a grid, over B 
 (64 query / 8 KV heads) and Llama-8B (32 / 8) head shapes at head size 128. The mean |error| with the
 current class value (0.0294 us) is printed beside it.
 
-GEMMs (gemm_perf.parquet, B200): capsim's form t = a + (mem^4 + comp^4)^(1/4) with mem = weight bytes /
+GEMMs (gemm_perf.parquet, B200, H100, H200): capsim's form t = a + (mem^4 + comp^4)^(1/4) with mem = weight bytes /
 (eta_bw x BW) and comp = 2MNK / (eta_c x peak x M'/(M' + 64)), M' = max(M, 128), fitted on Llama-70B-sized
 shapes (N in 8192, 10240, 51200, 65536; K in 8192, 16384, 51200).
 
@@ -45,7 +45,9 @@ SMALL_M_SHAPES = ((6144, 4096), (4096, 4096), (12288, 4096), (4096, 12288), (163
 FORMAT_BYTES = {"fp8": 8 / 16, "fp8_block": (8 + 32 / (128 * 128)) / 16}  # over bf16 (capsim.spec.formats)
 BF16_BANDWIDTH_MULTIPLIER = 0.88  # the vllm and sglang profiles' kernel_efficiency.bandwidth
 
-B200_PEAK = {"nvfp4": 9.0e15, "fp8": 4.5e15, "bfloat16": 2.25e15}  # dense, hardware_profiles/b200.yaml
+HOPPER_PEAK = {"fp8": 1.979e15, "bfloat16": 0.9895e15}  # dense, hardware_profiles/h100-sxm.yaml and h200.yaml
+PEAK = {"b200_sxm": {"nvfp4": 9.0e15, "fp8": 4.5e15, "bfloat16": 2.25e15},  # dense, hardware_profiles/b200.yaml
+        "h100_sxm": HOPPER_PEAK, "h200_sxm": HOPPER_PEAK}
 WEIGHT_BYTES = {"nvfp4": 4.5 / 8, "fp8": 1.0, "bfloat16": 2.0}  # NVFP4: 4 bits + one 8-bit scale per 16 values
 GEMM_N = (8192, 10240, 51200, 65536)
 GEMM_K = (8192, 16384, 51200)
@@ -66,12 +68,12 @@ def attention_fit(batch, cached, t_s, kv_heads: int, kv_bytes: float, bandwidth:
     return float(GRID_SEQ_S[j]), float(GRID_A_S[i]), float(err[i, j]), float(at_class.min())
 
 
-def gemm_fit(m, n, k, t_s, dtype: str, bandwidth: float) -> tuple[float, float, float, float]:
-    """(eta_c, eta_bw, a_s, mean |error|) of capsim's 4-norm GEMM form, refit on a grid."""
+def gemm_fit(m, n, k, t_s, dtype: str, gpu: str) -> tuple[float, float, float, float]:
+    """(eta_c, eta_bw, a_s, mean |error|) of capsim's 4-norm GEMM form on `gpu`, refit on a grid."""
     m, n, k, t_s = (np.asarray(x, dtype=float) for x in (m, n, k, t_s))
     ramp_m = np.maximum(m, 128.0)
-    at_peak = 2 * m * n * k / (B200_PEAK[dtype] * ramp_m / (ramp_m + 64.0))
-    memory = n * k * WEIGHT_BYTES[dtype] / (GRID_BW[:, None] * bandwidth)  # (bw, rows)
+    at_peak = 2 * m * n * k / (PEAK[gpu][dtype] * ramp_m / (ramp_m + 64.0))
+    memory = n * k * WEIGHT_BYTES[dtype] / (GRID_BW[:, None] * BANDWIDTH[gpu])  # (bw, rows)
     best = None
     for c in GRID_C:
         core = (memory ** 4 + (at_peak / c) ** 4) ** 0.25
@@ -102,13 +104,17 @@ def attention_sets(data_dir: Path):
 
 
 def gemm_sets(data_dir: Path):
-    for path in sorted(data_dir.glob("b200_sxm/gemm/*/*/gemm_perf.parquet")):
+    """(gpu, framework version, kernel, dtype, table) for every GEMM collection of a GPU in PEAK."""
+    for path in sorted(data_dir.glob("*_sxm/gemm/*/*/gemm_perf.parquet")):
+        gpu = path.relative_to(data_dir).parts[0]
+        if gpu not in PEAK:
+            continue
         d = pd.read_parquet(path)
         d = d[d["n"].isin(GEMM_N) & d["k"].isin(GEMM_K)]
         for (dtype, kernel), x in d.groupby(["gemm_dtype", "kernel_source"]):
-            if dtype in B200_PEAK:
+            if dtype in PEAK[gpu]:
                 x = x.groupby(["m", "n", "k"], as_index=False)["latency"].median()
-                yield f"{d['framework'].iloc[0]} {d['version'].iloc[0]}", kernel, dtype, x
+                yield gpu, f"{d['framework'].iloc[0]} {d['version'].iloc[0]}", kernel, dtype, x
 
 
 def weight_format_ratios(d: pd.DataFrame) -> dict[str, float]:
@@ -156,11 +162,11 @@ def main() -> None:
         print(f"  {gpu:8s} {version:18s} {kernel:24s} KV {kv:8s} {heads}/{kv_heads} heads ({len(x)}): "
               f"{seq_s * 1e6:.4f} us, a {a_s * 1e6:.1f} us, mean |error| {100 * err:.1f}% "
               f"(class value {CLASS_SEQ_S * 1e6:.4f} us: {100 * err_class:.1f}%)")
-    print("B200 GEMM shares, capsim's 4-norm form on Llama-70B-sized shapes:")
-    for version, kernel, dtype, x in gemm_sets(data_dir):
-        c, bw, a_s, err = gemm_fit(x["m"], x["n"], x["k"], x["latency"] / 1e3, dtype, BANDWIDTH["b200_sxm"])
-        print(f"  {version:18s} {kernel:36s} {dtype:9s} ({len(x)}): eta_c {c:.2f}, eta_bw {bw:.2f}, a {a_s * 1e6:.0f} us, "
-              f"mean |error| {100 * err:.1f}%")
+    print("GEMM shares, capsim's 4-norm form on Llama-70B-sized shapes:")
+    for gpu, version, kernel, dtype, x in gemm_sets(data_dir):
+        c, bw, a_s, err = gemm_fit(x["m"], x["n"], x["k"], x["latency"] / 1e3, dtype, gpu)
+        print(f"  {gpu:8s} {version:18s} {kernel:36s} {dtype:9s} ({len(x)}): eta_c {c:.2f}, eta_bw {bw:.2f}, "
+              f"a {a_s * 1e6:.0f} us, mean |error| {100 * err:.1f}%")
     print("bf16 weight reads at M = 1-16, share of the datasheet bandwidth (capsim's Hopper GEMV: 0.77 x 0.88 = 0.68):")
     for path in sorted(data_dir.glob("*/gemm/*/*/gemm_perf.parquet")):
         gpu = path.relative_to(data_dir).parts[0]

@@ -24,14 +24,14 @@ def _attention_table(script) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _gemm_table(script) -> pd.DataFrame:
+def _gemm_table(script, gpu="b200_sxm", dtype="nvfp4") -> pd.DataFrame:
     rows = []
     for m in (1, 16, 128, 256, 512, 1024, 4096, 16384):
         for n, k in ((8192, 8192), (10240, 8192), (65536, 8192), (8192, 51200), (4096, 4096)):
             ramp_m = max(m, 128)
-            comp = 2 * m * n * k / (ETA_C * script.B200_PEAK["nvfp4"] * ramp_m / (ramp_m + 64))
-            mem = n * k * script.WEIGHT_BYTES["nvfp4"] / (ETA_BW * 8.0e12)
-            rows.append({"framework": "TRTLLM", "version": "9.9", "kernel_source": "cutlass", "gemm_dtype": "nvfp4",
+            comp = 2 * m * n * k / (ETA_C * script.PEAK[gpu][dtype] * ramp_m / (ramp_m + 64))
+            mem = n * k * script.WEIGHT_BYTES[dtype] / (ETA_BW * script.BANDWIDTH[gpu])
+            rows.append({"framework": "TRTLLM", "version": "9.9", "kernel_source": "cutlass", "gemm_dtype": dtype,
                          "m": m, "n": n, "k": k, "latency": (GEMM_A_S + (mem ** 4 + comp ** 4) ** 0.25) * 1e3})
     return pd.DataFrame(rows)
 
@@ -53,11 +53,20 @@ def test_the_fits_find_the_parameters_the_latencies_were_made_from(tmp_path):
     assert seq_s == pytest.approx(SEQ_S, abs=1e-12) and a_s == pytest.approx(ATTN_A_S, abs=1e-12)
     assert err < 1e-6 < 0.3 < err_class  # the class value 0.0294 us misses these by far
 
-    (version, kernel, dtype, g), = script.gemm_sets(tmp_path)
-    assert (version, kernel, dtype) == ("TRTLLM 9.9", "cutlass", "nvfp4")
+    (gpu, version, kernel, dtype, g), = script.gemm_sets(tmp_path)
+    assert (gpu, version, kernel, dtype) == ("b200_sxm", "TRTLLM 9.9", "cutlass", "nvfp4")
     assert set(zip(g["n"], g["k"])) == {(8192, 8192), (10240, 8192), (65536, 8192), (8192, 51200)}  # 4096s left out
-    eta_c, eta_bw, a_s, err = script.gemm_fit(g["m"], g["n"], g["k"], g["latency"] / 1e3, dtype, 8.0e12)
+    eta_c, eta_bw, a_s, err = script.gemm_fit(g["m"], g["n"], g["k"], g["latency"] / 1e3, dtype, gpu)
     assert (eta_c, eta_bw, a_s) == pytest.approx((ETA_C, ETA_BW, GEMM_A_S), abs=1e-9) and err < 1e-6
+
+    # a Hopper table is fitted against the Hopper peak and bandwidth (the trt-llm GEMM share's corroboration)
+    hopper = tmp_path / "h200_sxm" / "gemm" / "trtllm" / "9.9"
+    hopper.mkdir(parents=True)
+    _gemm_table(script, "h200_sxm", "fp8").to_parquet(hopper / "gemm_perf.parquet")
+    sets = {gpu: (dtype, g) for gpu, _, _, dtype, g in script.gemm_sets(tmp_path)}
+    dtype, g = sets["h200_sxm"]
+    fit = script.gemm_fit(g["m"], g["n"], g["k"], g["latency"] / 1e3, dtype, "h200_sxm")
+    assert dtype == "fp8" and fit[:3] == pytest.approx((ETA_C, ETA_BW, GEMM_A_S), abs=1e-9)
 
 
 def test_the_b200_profile_carries_the_fitted_values():
