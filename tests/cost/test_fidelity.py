@@ -79,21 +79,22 @@ def test_gemm_share_per_compute_dtype(tiny_model, round_gpu):
         validate(HardwareProfile, data, "gpu.yaml")
 
 
-def test_tensorrt_llm_2024_builds_run_their_gemms_at_0_8_of_the_current_profiles_rate():
-    """trt-llm@0.13 (0.11-0.14) differs from trt-llm only in the GEMM share (calibration set: the
-    v0.13.0 and v0.14.0 tables): a compute-bound GEMM takes 1 / 0.8 as long, a weight-read-bound
+def test_tensorrt_llm_profiles_run_their_gemms_at_their_calibrated_shares():
+    """trt-llm (0.15-1.0) runs GEMMs at 0.93 of the GPU's share and trt-llm@0.13 (0.11-0.14) at 0.77
+    (calibration set: trtllm-bench's tables and the MLPerf partners' Offline runs); the two differ in
+    nothing else: a compute-bound GEMM takes 0.93 / 0.77 as long in the 2024 builds, a weight-read-bound
     one and attention take the same time."""
     model, gpu = load_model("llama-3.1-70b"), load_hardware("h200")
     fp8 = get_format("fp8_e4m3")
     now, then = (CostModel(model, gpu, fp8, get_format("fp8_e4m3", for_kv=True), engine=load_engine(e))
                  for e in ("trt-llm", "trt-llm@0.13"))
-    assert then.eta_fl == pytest.approx(0.8 * now.eta_fl) and now.eta_fl == pytest.approx(0.745)  # H200 fp8 share
+    assert now.eta_fl == pytest.approx(0.93 * 0.745) and then.eta_fl == pytest.approx(0.77 * 0.745)  # H200 fp8 share
     big_c, big_m, _, _ = then.gemm_part(4096, 4096, 4096)
-    assert big_c == pytest.approx(now.gemm_part(4096, 4096, 4096)[0] / 0.8) and big_c > big_m  # compute-bound
+    assert big_c == pytest.approx(now.gemm_part(4096, 4096, 4096)[0] * 0.93 / 0.77) and big_c > big_m  # compute-bound
     assert then.gemm_part(1, 1, 1)[1] == now.gemm_part(1, 1, 1)[1]  # weight reads: unchanged
-    # by hand: 4,096 tokens x (2 x 68.45e9 body parameters + 2 x 128,256 x 8,192 head) / (0.8 x 0.745 x 1,979 TF x 4096 / 4160)
+    # by hand: 4,096 tokens x (2 x 68.45e9 body parameters + 2 x 128,256 x 8,192 head) / (0.77 x 0.745 x 1,979 TF x 4096 / 4160)
     body = 2 * arch.param_counts(model).body_active
-    assert big_c == pytest.approx((4096 * body + 4096 * 2 * 128256 * 8192) / (0.8 * 0.745 * 1979e12 * 4096 / 4160), rel=1e-9)
+    assert big_c == pytest.approx((4096 * body + 4096 * 2 * 128256 * 8192) / (0.77 * 0.745 * 1979e12 * 4096 / 4160), rel=1e-9)
     assert then.attention_part(10**6, 0, 10**6, 0, 4096) == now.attention_part(10**6, 0, 10**6, 0, 4096)
 
 
