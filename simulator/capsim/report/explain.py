@@ -86,7 +86,8 @@ def _fixed_detail(cm: CostModel, tokens: int, seqs: int, decode_only: bool) -> s
     per = f" / {r.steps_per_schedule} (multi-step)" if decode_only and r.steps_per_schedule > 1 else ""
     moe = r.moe_layer_graph_s if graph else r.moe_layer_eager_s
     moe_text = f" + {cm.moe_layers} MoE layers x {moe * 1e6:.3g} us" if cm.moe_layers and moe else ""
-    return (f"host {host * 1e3:.3g} ms{per} + {cm.model.num_layers} layers x {layer * 1e6:.3g} us{moe_text} "
+    split = f" ({r.step_s * 1e3:.3g} ms + {seqs} seqs x {r.seq_s * 1e6:.3g} us)" if r.seq_s and seqs else ""
+    return (f"host {host * 1e3:.3g} ms{split}{per} + {cm.model.num_layers} layers x {layer * 1e6:.3g} us{moe_text} "
             f"({'CUDA graph' if graph else 'eager launches'})")
 
 
