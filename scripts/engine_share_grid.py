@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suite", default=None, help="validation suite folder (default: the repository's)")
     args = parser.parse_args(argv)
     try:
-        load_engine(args.profile)
+        profile = load_engine(args.profile).name  # an alias names the profile it stands for
         values = [float(v) for v in args.values.split(",") if v.strip()]
     except CapsimError as exc:
         print(str(exc), file=sys.stderr)
@@ -96,7 +96,6 @@ def main(argv: list[str] | None = None) -> int:
     if not values or any(not 0 < v <= 1 for v in values):
         print("--values: each GEMM share must be above 0 and at most 1", file=sys.stderr)
         return 2
-    profile = load_engine(args.profile).name
     ids = calibration_ids(profile, [g.strip() for g in args.groups.split(",") if g.strip()], args.with_server, args.suite)
     if not ids:
         print(f"no calibration-set point of groups {args.groups} maps onto {profile}", file=sys.stderr)
