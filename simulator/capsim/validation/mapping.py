@@ -23,11 +23,15 @@ class Skip(Exception):
 
 # ShareGPT lengths (vLLM's and SGLang's benchmark clients: first turn of each conversation, the
 # dataset's answer as the output length, pairs with a side under 4 tokens or a prompt over 1,024
-# or a total over 2,048 dropped). Means: Lambda's raw result for the first 320 prompts (73,671
-# input and 71,810 output tokens, validation/lambda-vllm-benchmark.yaml); log-normal shape with
-# sigma 1.0 (assumption: ShareGPT lengths are long-tailed; the median is then 60% of the mean).
+# or a total over 2,048 dropped). Means, where a point states none: Lambda's raw result for the
+# first 320 prompts (73,671 input and 71,810 output tokens, validation/lambda-vllm-benchmark.yaml).
+# Prompt shape: the 320 prompt lengths vLLM's client sent in another of Lambda's raw results
+# (validation/lengths/sharegpt-vllm-client-llama3-input.yaml: mean 204.9, median 77 tokens),
+# scaled to the point's mean. Answer shape: log-normal with sigma 1.0 (assumption: no per-request
+# answer lengths of the data set were found; the clients' results record what the model generated).
 SHAREGPT_MEAN_PROMPT, SHAREGPT_MEAN_OUTPUT, SHAREGPT_SIGMA = 230.2, 224.4, 1.0
-SHAREGPT_MAX_PROMPT, SHAREGPT_MAX_OUTPUT = 1024, 1024
+SHAREGPT_MIN_TOKENS, SHAREGPT_MAX_PROMPT, SHAREGPT_MAX_OUTPUT = 4, 1024, 1024
+SHAREGPT_PROMPT_FILE = "lengths/sharegpt-vllm-client-llama3-input.yaml"
 
 # Conditions stated in each source's notes (not per-point fits): {file: workload fields}.
 SOURCE_CONDITIONS = {
@@ -112,9 +116,8 @@ def _lengths(point: dict) -> dict:
     if dist.startswith("sharegpt"):
         p = _tokens(prompt, SHAREGPT_MEAN_PROMPT) or SHAREGPT_MEAN_PROMPT
         o = _tokens(output, SHAREGPT_MEAN_OUTPUT) or SHAREGPT_MEAN_OUTPUT
-        return {"prompt_tokens": {"dist": "lognormal", "mean": p, "sigma": SHAREGPT_SIGMA, "min": 4,
-                                  "max": SHAREGPT_MAX_PROMPT},
-                "output_tokens": {"dist": "lognormal", "mean": o, "sigma": SHAREGPT_SIGMA, "min": 4,
+        return {"prompt_tokens": _sharegpt_prompts(point, p),
+                "output_tokens": {"dist": "lognormal", "mean": o, "sigma": SHAREGPT_SIGMA, "min": SHAREGPT_MIN_TOKENS,
                                   "max": SHAREGPT_MAX_OUTPUT}}
     if dist == "uniform":
         # SGLang's bench_serving --dataset-name random: lengths uniform on [max(1, int(N * ratio)), N]
@@ -142,13 +145,26 @@ OPENORCA_TOKENIZER_MODELS = ("llama-2-70b",)  # models whose tokenizer the publi
 DEFAULT_SUITE = Path(__file__).resolve().parents[3] / "validation"
 
 
-@lru_cache(maxsize=4)
-def _openorca_histogram(suite_dir: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    path = Path(suite_dir) / OPENORCA_INPUT_FILE
+@lru_cache(maxsize=8)
+def _histogram(suite_dir: str, name: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(values, counts) of a length histogram in the suite's lengths/ folder."""
+    path = Path(suite_dir) / name
     if not path.is_file():
-        raise Skip(f"the OpenOrca prompt-length histogram {path} is missing")
+        raise Skip(f"the length histogram {path} is missing")
     data = read_yaml(path)
     return tuple(int(v) for v in data["values"]), tuple(int(c) for c in data["counts"])
+
+
+def _sharegpt_prompts(point: dict, mean_tokens: float) -> dict:
+    """The measured ShareGPT prompt shape, each length scaled by the point's mean over the sample's
+    and kept within the clients' filter (4 to 1,024 tokens)."""
+    values, counts = _histogram(str(point.get("_dir") or DEFAULT_SUITE), SHAREGPT_PROMPT_FILE)
+    scale = mean_tokens * sum(counts) / sum(v * c for v, c in zip(values, counts))
+    scaled: dict[int, float] = {}
+    for v, c in zip(values, counts):
+        tokens = min(SHAREGPT_MAX_PROMPT, max(SHAREGPT_MIN_TOKENS, round(v * scale)))
+        scaled[tokens] = scaled.get(tokens, 0.0) + c
+    return {"dist": "empirical", "values": sorted(scaled), "weights": [scaled[t] for t in sorted(scaled)]}
 
 
 def _openorca_lengths(point: dict) -> dict:
@@ -156,7 +172,7 @@ def _openorca_lengths(point: dict) -> dict:
     if point["model"] not in OPENORCA_TOKENIZER_MODELS:
         raise Skip(f"the OpenOrca prompt lengths are published in Llama 2 tokens; {point['model']} has another "
                    "tokenizer and the set's lengths in its tokens are not stated")
-    values, counts = _openorca_histogram(str(point.get("_dir") or DEFAULT_SUITE))
+    values, counts = _histogram(str(point.get("_dir") or DEFAULT_SUITE), OPENORCA_INPUT_FILE)
     return {"prompt_tokens": {"dist": "empirical", "values": list(values), "weights": [float(c) for c in counts]},
             "output_tokens": {"dist": "fixed", "value": max(1, round(float(point["output_tokens"])))}}
 
