@@ -371,7 +371,7 @@ def test_a_missing_suite_says_where_it_looked(tmp_path):
 def test_every_file_says_its_split_and_the_test_set_is_the_agreed_publishers(points, tmp_path):
     test_files = {p["_file"] for p in points.values() if p["_split"] == "test"}
     held_out = ("nim-benchmarking-", "datacrunch-", "llamacpp-pr4766-", "llamacpp-pr16834-", "llamacpp-pr27341-",
-                "mlperf-nvidia-", "mlperf-nebius-", "mlperf-krai-", "mooncake-", "gpustack-")
+                "mlperf-nvidia-", "mlperf-nebius-", "mlperf-krai-", "mooncake-", "gpustack-", "accelmark-")
     assert test_files == {f for f in {p["_file"] for p in points.values()} if f.startswith(held_out)}
     tested = [p for p in points.values() if p["_split"] == "test"]
     assert len(tested) >= len(points) / 3  # the issue: at least a third of the points
@@ -413,3 +413,33 @@ def test_a_run_that_completes_no_request_is_a_failure_not_a_zero(points):
     o = run_point(p)
     assert (o.status, o.predicted, o.error_pct) == ("failed", None, None)
     assert "completed none of the point's requests: 5 rejected (5 exceeds_kv_capacity)" in o.reason
+
+
+def test_vllm_v1_releases_from_0_9_on_take_the_newest_v1_profile(points):
+    assert engine_for({"engine": "vllm", "engine_version": "0.20.1+transformers-5.8.1"}) == "vllm"
+    assert engine_for({"engine": "vllm", "engine_version": "v0.19.1rc1.dev339+gedc364896"}) == "vllm"
+    assert engine_for({"engine": "vllm", "engine_version": "0.11.0"}) == "vllm@0.11.0"  # its chat template parse
+    with pytest.raises(Skip, match="vLLM 0.4.3"):
+        engine_for({"engine": "vllm", "engine_version": "0.4.3"})
+
+
+def test_a_listed_prompt_set_is_drawn_from_its_first_prompts_plus_the_template(points):
+    """AccelMark sends the first N prompts of its data set, each wrapped in the chat template."""
+    point = {**points["accelmark-a100sxm80-vllm0201-llama3-8b-bf16-sharegpt-interactive-c1-ttft-p50"]}
+    del point["repeated_prompts"]  # as if each run had started from a cold cache
+    w = workload_for(point)
+    prompts = w.prompt_tokens
+    assert prompts.dist == "empirical" and sum(prompts.weights) == 150  # the first 150 of the 500 listed
+    mean = sum(v * c for v, c in zip(prompts.values, prompts.weights)) / 150
+    assert abs(mean - (236.15 + 10)) < 0.01  # the listed mean plus the Llama 3 template's 10 tokens
+    assert w.output_tokens.value == 346 and (w.arrivals.kind, w.arrivals.users, w.requests) == ("closed_loop", 1, 150)
+    assert (w.engine, w.gpu, w.max_model_len, w.gpu_memory_utilization) == ("vllm", "a100-80g", 4096, 0.9)
+
+
+def test_a_client_that_resends_its_prompts_to_a_warm_prefix_cache_is_skipped(points):
+    with pytest.raises(Skip, match="re-sent its prompts"):
+        workload_for(points["accelmark-a100sxm40-sglang056-llama3-8b-bf16-sharegpt-online-qps25-ttft-p50"])
+    long_prompts = workload_for(points["accelmark-a100sxm40-sglang056-llama31-8b-bf16-longctx28k-online-qps2-ttft-p99"])
+    assert (long_prompts.engine, long_prompts.arrivals.rate_per_s, long_prompts.requests) == ("sglang@0.4", 2.0, 200)
+    assert (long_prompts.prompt_tokens.value, long_prompts.output_tokens.value) == (28650, 224)  # SGLang's 224 cap
+    assert not long_prompts.prefix_caching  # 28K-token prompts outgrow the cache long before they come round again

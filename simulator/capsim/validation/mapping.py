@@ -64,12 +64,12 @@ def engine_for(point: dict) -> str:
             return "vllm@0.6-ms10"  # the SGLang benchmark ran vLLM 0.6.0 with --num-scheduler-steps 10
         if "num_scheduler_steps" in version:
             raise Skip(f"no engine profile for vLLM {version.split(' (')[0]} run as the V0 engine with multi-step "
-                       "scheduling (profiles: 0.5, 0.6 multi-step, V1 0.9-0.11)")
+                       "scheduling (profiles: 0.5, 0.6 multi-step, V1 0.9 and later)")
         if version.startswith("0.11.0"):
             return "vllm@0.11.0"  # its chat endpoint parses the chat template for every request
-        if version.startswith(("0.9", "0.1")):
-            return "vllm"  # V1 engine (default since 0.8); the profile describes 0.10-0.11
-        raise Skip(f"no engine profile for vLLM {version} (profiles: 0.5, 0.6 multi-step, V1 0.9-0.11)")
+        if _minor_release(version) >= 9:
+            return "vllm"  # V1 engine (default since 0.8): the newest profile (it describes 0.10-0.11)
+        raise Skip(f"no engine profile for vLLM {version} (profiles: 0.5, 0.6 multi-step, V1 0.9 and later)")
     if engine == "sglang":
         # the overlap scheduler is on from 0.4 (December 2024 on); DataCrunch's unstated version is
         # its December 2024 Docker image
@@ -87,6 +87,12 @@ def engine_for(point: dict) -> str:
             return "trt-llm@0.13"
         return "trt-llm"
     raise Skip(f"no engine profile for {engine!r}")
+
+
+def _minor_release(version: str) -> int:
+    """9 for "0.9.2", 20 for "0.20.1+transformers-5.8.1"; -1 when the version is not 0.N."""
+    parts = version.split(".")
+    return int(parts[1]) if len(parts) > 1 and parts[0] == "0" and parts[1].isdigit() else -1
 
 
 def kv_format_for(point: dict) -> str:
@@ -130,6 +136,8 @@ def _lengths(point: dict) -> dict:
         p = 1  # unstated prompt of a decode test: its ~100-200 tokens change the KV reads by < 1%
     if dist == "mlperf-openorca":
         return _openorca_lengths(point)
+    if dist == "listed":
+        return _listed_lengths(point)
     if p is None or o is None:
         raise Skip("prompt or output length not stated")
     return {"prompt_tokens": {"dist": "fixed", "value": max(1, int(p))},
@@ -177,6 +185,32 @@ def _openorca_lengths(point: dict) -> dict:
             "output_tokens": {"dist": "fixed", "value": max(1, round(float(point["output_tokens"])))}}
 
 
+@lru_cache(maxsize=8)
+def _listed(suite_dir: str, name: str) -> tuple[int, ...]:
+    """A data set's per-request prompt lengths, in the order its client sends them."""
+    path = Path(suite_dir) / name
+    if not path.is_file():
+        raise Skip(f"the prompt-length list {path} is missing")
+    return tuple(int(v) for v in read_yaml(path)["lengths"])
+
+
+def _listed_lengths(point: dict) -> dict:
+    """A client that sends the first N prompts of a published list (`prompt_lengths`: its file, N and
+    the chat template's tokens, which the list leaves out); answers at the point's mean, as the
+    answers' own lengths are not published per request."""
+    spec = point.get("prompt_lengths")
+    if not isinstance(spec, dict) or "file" not in spec:
+        raise Skip("length_distribution 'listed' needs prompt_lengths: {file, first, template_tokens}")
+    lengths = _listed(str(point.get("_dir") or DEFAULT_SUITE), str(spec["file"]))
+    sent = lengths[:int(spec.get("first") or len(lengths))]
+    extra = int(spec.get("template_tokens") or 0)
+    counts: dict[int, float] = {}
+    for tokens in sent:
+        counts[tokens + extra] = counts.get(tokens + extra, 0.0) + 1.0
+    return {"prompt_tokens": {"dist": "empirical", "values": sorted(counts), "weights": [counts[t] for t in sorted(counts)]},
+            "output_tokens": {"dist": "fixed", "value": max(1, round(float(point["output_tokens"])))}}
+
+
 def _load(point: dict) -> dict:
     """Arrivals and request count of the point's group."""
     group, rate = point["group"], point.get("request_rate_per_s")
@@ -208,6 +242,11 @@ def workload_for(point: dict) -> WorkloadConfig:
             "tp": int(point.get("tp") or 1), "weights": point["weights"], "kv_cache": kv_format_for(point), "seed": 0}
     if point["weights"] == "unstated":
         raise Skip("weight format not stated")
+    if point.get("repeated_prompts"):
+        # every request after the first pass finds its whole prompt in the prefix cache; capsim's
+        # workloads draw new prompts and cannot replay a fixed set against a warm cache
+        raise Skip(f"the client re-sent its prompts ({point['repeated_prompts']}); capsim cannot replay a fixed "
+                   "prompt set against a warm prefix cache")
     data.update(_lengths(point))
     data.update(_load(point))
     data.update(SOURCE_CONDITIONS.get(point["_file"], {}))
