@@ -146,3 +146,50 @@ def test_features_keep_macro_steps_exact(round_gpu_file, case):
     macro, step = simulate(w), simulate(w, macro_steps=False)
     assert macro.summary_json() == step.summary_json()
     assert macro.requests.equals(step.requests) and macro.steps.equals(step.steps)
+
+
+def test_a_replayed_prompt_set_hits_the_cache_from_its_second_pass(round_gpu_file):
+    """prompt_set 10, 30 requests one after another (one closed-loop user): request i re-sends
+    prompt i mod 10 with its lengths, so the first 10 compute their prompts and the other 20 map
+    every full block but the last token's (vLLM leaves one token to compute). Block size 4:
+    a prompt of p tokens saves 4 * ((p - 1) // 4) tokens each time it comes round again."""
+    w = workload(round_gpu_file, prefix_caching=True, prompt_set=10, requests=30,
+                 arrivals={"kind": "closed_loop", "users": 1, "think_time_s": 0.0})
+    run = simulate(w)
+    r = run.requests.sort_values("request_id")
+    prompts = list(r["prompt_tokens"])
+    assert prompts[10:] == prompts[:10] * 2 and list(r["output_tokens"])[10:20] == list(r["output_tokens"])[:10]
+    assert run.summary["prefill_tokens_saved"] == 2 * sum(4 * ((p - 1) // 4) for p in prompts[:10])
+    cold = simulate(workload(round_gpu_file, prefix_caching=True, prompt_set=10, requests=10,
+                             arrivals={"kind": "closed_loop", "users": 1, "think_time_s": 0.0}))
+    assert cold.summary["prefill_tokens_saved"] == 0  # one pass: nothing sent twice
+    warm = simulate(workload(round_gpu_file, prefix_caching=True, prompt_set=10, prompt_set_cached=True, requests=10,
+                             arrivals={"kind": "closed_loop", "users": 1, "think_time_s": 0.0}))
+    assert warm.summary["prefill_tokens_saved"] == sum(4 * ((p - 1) // 4) for p in prompts[:10])  # sent before
+
+
+def test_a_cached_prompt_set_larger_than_the_cache_keeps_its_newest_prompts(round_gpu_file):
+    """Warming more prompt blocks than the KV cache holds evicts the oldest first, as a
+    least-recently-used cache would have after the earlier pass. 41-token prompts fill 10 blocks
+    of 4 (each request takes 11). With 150 blocks all 10 prompts stay cached and every request
+    maps its 10 blocks. With 60 only prompts 4-9 are left when the run begins, and sending 0-3
+    again evicts 4-8 before their turn: a set sent in order that the cache cannot hold finds
+    nothing (had the oldest prompts been kept, requests 0-5 would have hit)."""
+    fixed = dict(prompt_tokens={"dist": "fixed", "value": 41}, output_tokens={"dist": "fixed", "value": 1})
+
+    def saved(blocks: int) -> int:
+        w = workload(round_gpu_file, prefix_caching=True, prompt_set=10, prompt_set_cached=True, requests=10,
+                     num_gpu_blocks=blocks, arrivals={"kind": "closed_loop", "users": 1, "think_time_s": 0.0}, **fixed)
+        return simulate(w).summary["prefill_tokens_saved"]
+
+    assert saved(150) == 10 * 40
+    assert saved(60) == 0
+
+
+@pytest.mark.parametrize("arrivals", [{"kind": "poisson", "rate_per_s": 1000.0},
+                                      {"kind": "closed_loop", "users": 3, "think_time_s": 0.0}])
+def test_a_replayed_prompt_set_keeps_macro_steps_exact(round_gpu_file, arrivals):
+    w = workload(round_gpu_file, prefix_caching=True, prompt_set=7, prompt_set_cached=True, arrivals=arrivals)
+    macro, step = simulate(w), simulate(w, macro_steps=False)
+    assert macro.summary["prefill_tokens_saved"] > 0
+    assert macro.summary_json() == step.summary_json() and macro.requests.equals(step.requests)

@@ -1,7 +1,8 @@
 """Allocators: block accounting, reservation, capacity sizing, and property-based invariants."""
 
 import pytest
-from capsim.sim.kv_cache import ContiguousAllocator, PagedAllocator, blocks_for
+from capsim.sim.kv_cache import PagedAllocator, blocks_for
+from capsim.sim.kv_contiguous import ContiguousAllocator
 from helpers import make_paged, make_request
 from hypothesis import settings
 from hypothesis import strategies as st

@@ -3,7 +3,7 @@
 from collections import deque
 
 import pytest
-from capsim.sim.kv_cache import ContiguousAllocator
+from capsim.sim.kv_contiguous import ContiguousAllocator
 from helpers import decoding, make_paged, make_request, make_scheduler, running_set
 
 

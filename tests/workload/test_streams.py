@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from capsim.errors import CapsimError
 from capsim.workload.streams import build_stream, read_trace, sample_lengths
-from capsim.workload.schema import LogNormal
+from capsim.workload.length_dists import LogNormal
 from helpers import workload
 
 
@@ -44,7 +44,7 @@ def test_constant_all_at_once_and_duration(round_gpu_file):
     ({"dist": "empirical", "values": [10, 1000], "weights": [3, 1]}, 257.5, 10, 1000),
 ])
 def test_length_distributions(spec, mean, lo, hi):
-    from capsim.workload.schema import Lengths
+    from capsim.workload.length_dists import Lengths
     from pydantic import TypeAdapter
 
     x = sample_lengths(TypeAdapter(Lengths).validate_python(spec), 40000, np.random.default_rng(0))
@@ -55,7 +55,7 @@ def test_length_distributions(spec, mean, lo, hi):
 def test_lognormal_is_clipped_and_sequence_repeats():
     x = sample_lengths(LogNormal(dist="lognormal", mean=100, sigma=2.0, min=5, max=300), 5000, np.random.default_rng(1))
     assert x.min() >= 5 and x.max() <= 300
-    from capsim.workload.schema import InOrder
+    from capsim.workload.length_dists import InOrder
 
     assert list(sample_lengths(InOrder(dist="sequence", values=[3, 1, 2]), 7, None)) == [3, 1, 2, 3, 1, 2, 3]
 

@@ -19,7 +19,7 @@ class Request:
                  finish_s: float | None = None, preemptions: int = 0, recomputed_tokens: int = 0,
                  user: int | None = None, replica: int = 0, class_index: int = 0, shared_prefix_tokens: int = 0,
                  session: int | None = None, samples: int = 1, parent: int | None = None,
-                 first_of_user: bool = False) -> None:
+                 first_of_user: bool = False, prompt_id: int | None = None) -> None:
         self.id = id
         self.arrival_s = arrival_s
         self.prompt_tokens = prompt_tokens
@@ -40,6 +40,7 @@ class Request:
         self.samples = samples  # parallel samples (n): the prompt is prefilled once and n answers decode
         self.parent = parent  # for a sample forked off another request: that request's id
         self.first_of_user = first_of_user  # its closed-loop user's first request (the ramp's wave)
+        self.prompt_id = prompt_id  # which prompt of a replayed set it re-sends (workload prompt_set)
 
     def __repr__(self) -> str:
         return (f"Request(id={self.id}, arrival_s={self.arrival_s}, prompt_tokens={self.prompt_tokens}, "

@@ -16,7 +16,8 @@ from capsim.spec.catalog import load_hardware, load_model
 from capsim.cost.roofline import CostModel, DocumentAssumptions
 from capsim.errors import CapsimError
 from capsim.spec.formats import get_format
-from capsim.sim.kv_cache import ContiguousAllocator, PagedAllocator
+from capsim.sim.kv_cache import PagedAllocator
+from capsim.sim.kv_contiguous import ContiguousAllocator
 from capsim.core.request import Request
 from capsim.spec.config import validate
 from capsim.api import simulate

@@ -57,7 +57,8 @@ def open_loop_request(stream: OpenLoopStream, i: int) -> Request:
     """The stream's i-th request."""
     c = stream.class_index.item(i)  # item(): a Python number straight away, no numpy scalar
     return Request(i, stream.arrival_s.item(i), stream.prompt_tokens.item(i), stream.output_tokens.item(i),
-                   class_index=c, shared_prefix_tokens=stream.class_prefix[c], samples=stream.class_samples[c])
+                   class_index=c, shared_prefix_tokens=stream.class_prefix[c], samples=stream.class_samples[c],
+                   prompt_id=None if stream.prompt_set is None else i % stream.prompt_set)
 
 
 def user(engine: Sink, stream: ClosedLoopStream, index: int):
@@ -85,7 +86,8 @@ def user(engine: Sink, stream: ClosedLoopStream, index: int):
         prompt = history + drawn
         req = Request(engine.arrived, now, prompt, output, user=index, class_index=cls,
                       shared_prefix_tokens=stream.class_prefix[cls], session=session,
-                      samples=stream.class_samples[cls], first_of_user=first)
+                      samples=stream.class_samples[cls], first_of_user=first,
+                      prompt_id=None if stream.prompt_set is None else engine.arrived % stream.prompt_set)
         first = False
         done = engine.event(req.id)
         engine.submit(req)

@@ -1,6 +1,7 @@
-"""KV-cache allocators. Both count memory in "units": blocks for the paged allocator, tokens for
-the contiguous one. Schedulers query (`units_needed`, `free_units`, `max_decode_steps`); only the
-engine changes state (`allocate`, `release`).
+"""The paged KV-cache allocator (the contiguous one, for pre-paging servers, is in
+capsim.sim.kv_contiguous). Both count memory in "units": blocks here, tokens there. Schedulers
+query (`units_needed`, `free_units`, `max_decode_steps`); only the engine changes state
+(`allocate`, `release`).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from capsim.core.request import Request
+from capsim.sim.kv_contiguous import ContiguousAllocator
 from capsim.sim.running import RunningSet
 
 
@@ -152,9 +154,25 @@ class PagedAllocator:
         """Identity of the tokens of a request's full block `index` (the prefix hash, abstractly)."""
         if (index + 1) * self.block_size <= req.shared_prefix_tokens:
             return ("prefix", req.class_index, index)
+        if req.prompt_id is not None and (index + 1) * self.block_size <= req.prompt_tokens:
+            return ("prompt", req.prompt_id, index)  # a replayed prompt: the same tokens each time it is sent
         if req.session is not None:
             return ("session", req.session, index)
         return ("request", req.id, index)
+
+    def warm(self, prompts: list[Request]) -> None:
+        """Enter these (not yet sent) requests' full prompt blocks into the prefix cache as cached
+        and unreferenced, as if each had run and let go, the first one's first: a prompt set the
+        client sent before this run (workload prompt_set_cached). More than fits evicts the oldest."""
+        if not self.caching:
+            return
+        for req in prompts:
+            for index in range(req.prompt_tokens // self.block_size):
+                key = self.block_key(req, index)
+                if key not in self._cached:
+                    [block] = self._take(1)
+                    self._cached[key], self._key_of[block] = block, key
+                    self._evictable[block] = None
 
     def units_held(self, req: Request) -> int:
         """Blocks that return to the free pool if this request lets go of its table."""
@@ -290,98 +308,4 @@ class PagedAllocator:
             assert count == self._refs.get(block, 1), f"block {block}: refcount mismatch"
 
 
-class ContiguousAllocator:
-    """Pre-paging servers: each admitted request reserves its maximum length up front.
-
-    `reserve` is "max_model_len" (every request reserves the model's limit, as FasterTransformer-
-    and Orca-era servers did) or "request" (prompt + its max output). Memory is counted in tokens;
-    external fragmentation is not modelled (reservations may use any free tokens), so this is the
-    optimistic case for contiguous allocation.
-    """
-
-    kind = "contiguous"
-
-    def __init__(self, capacity_tokens: int, max_model_len: int, reserve: str = "max_model_len") -> None:
-        self._capacity, self.max_model_len, self.reserve = capacity_tokens, max_model_len, reserve
-        self.block_size = 1
-        self.watermark_units = 0
-        self.reserved: dict[int, int] = {}
-        self._used = 0
-        self.caching = False
-        self.shared_units = 0
-        self.state_units = 0
-
-    @property
-    def capacity_tokens(self) -> int:
-        return self._capacity
-
-    @property
-    def num_blocks(self) -> int:
-        return self._capacity
-
-    @property
-    def free_units(self) -> int:
-        return self._capacity - self._used
-
-    @property
-    def used_units(self) -> int:
-        return self._used
-
-    @property
-    def held_tokens(self) -> int:
-        return self._used
-
-    def reservation(self, req: Request) -> int:
-        return self.max_model_len if self.reserve == "max_model_len" else req.max_tokens
-
-    def units_for_request(self, req: Request) -> int:
-        return self.reservation(req)
-
-    def units_held(self, req: Request) -> int:
-        return self.reserved.get(req.id, 0)
-
-    def units_needed(self, req: Request, tokens_after: int) -> int:
-        return 0 if req.id in self.reserved else self.reservation(req)
-
-    def admission_units(self, req: Request, tokens_after: int, hit_blocks: int = 0, revived: int = 0) -> int:
-        return self.reservation(req)
-
-    def fork_units(self, req: Request, tokens_after: int) -> int:
-        return 0
-
-    def restore(self, req: Request) -> None:
-        self.allocate(req, req.computed_tokens)
-
-    def prefix_hits(self, req: Request) -> tuple[int, int]:
-        return 0, 0  # no prefix caching without blocks
-
-    def use_hits(self, req: Request, hit_blocks: int) -> None:
-        pass
-
-    def register(self, req: Request, upto_tokens: int | None = None) -> None:
-        pass
-
-    def decode_need(self, running: RunningSet, k: int) -> int:
-        return 0  # everything was reserved at admission
-
-    def max_decode_steps(self, running: RunningSet, k_max: int) -> int:
-        return k_max
-
-    def promise(self, n: int) -> None:
-        assert n == 0
-
-    def allocate(self, req: Request, tokens_after: int) -> None:
-        if req.id not in self.reserved:
-            size = self.reservation(req)
-            self.reserved[req.id] = size
-            self._used += size
-
-    def release(self, req: Request) -> None:
-        self._used -= self.reserved.pop(req.id, 0)
-
-    def check(self) -> None:
-        assert self._used == sum(self.reserved.values()), "reserved total mismatch"
-        assert 0 <= self._used <= self._capacity, "over capacity"
-
-
-Allocator = PagedAllocator | ContiguousAllocator
+Allocator = PagedAllocator | ContiguousAllocator  # what a replica holds

@@ -119,7 +119,7 @@ class Replica:
                             first_scheduled_s=parent.first_scheduled_s, first_token_s=parent.first_token_s,
                             last_token_s=parent.last_token_s, user=parent.user, replica=parent.replica,
                             class_index=parent.class_index, shared_prefix_tokens=parent.shared_prefix_tokens,
-                            session=parent.session, parent=parent.id)
+                            session=parent.session, parent=parent.id, prompt_id=parent.prompt_id)
             kv.fork(parent, child)
             self.stored_tokens += child.computed_tokens
             self.running.admit(child)  # decoding from here on (done at once if it wanted one token)

@@ -16,7 +16,8 @@ from pydantic import TypeAdapter, ValidationError
 from capsim.errors import CapsimError, quote
 from capsim.spec import safe_yaml
 from capsim.spec.config import validate
-from capsim.workload.schema import Lengths, WorkloadConfig
+from capsim.workload.length_dists import Lengths
+from capsim.workload.schema import WorkloadConfig
 
 LENGTH_FORMS = ("N (fixed), fixed:N, uniform:LO:HI, normal:MEAN:STD[:MIN:MAX], lognormal:MEAN:SIGMA[:MIN:MAX], "
                 "empirical:V1,V2,... (or V1=W1,V2=W2,... with weights), sequence:V1,V2,..., trace")

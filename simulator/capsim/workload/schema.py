@@ -13,91 +13,10 @@ from capsim.spec import limits as L
 from capsim.spec.config import _UNION_TAGS, Frozen, ModelSpec
 from capsim.spec.metric_names import summary_key
 from capsim.spec.shapes import Link, Serving, shape_problems
+from capsim.workload.length_dists import Lengths
 
-# A token count as a length distribution gives it.
-Tokens = Annotated[int, Field(gt=0, le=L.MAX_TOKENS)]
 TimeS = Annotated[float, Field(ge=0, le=L.MAX_TIME_S)]
 Rate = Annotated[float, Field(ge=L.MIN_RATE_PER_S, le=L.MAX_RATE_PER_S)]
-
-
-class Fixed(Frozen):
-    dist: Literal["fixed"]
-    value: Tokens
-
-
-class Uniform(Frozen):
-    """Integers uniform on [min, max], both included."""
-
-    dist: Literal["uniform"]
-    min: Tokens
-    max: Tokens
-
-    @model_validator(mode="after")
-    def _order(self) -> Uniform:
-        if self.max < self.min:
-            raise ValueError("max must be >= min")
-        return self
-
-
-class _Clipped(Frozen):
-    """A continuous distribution rounded to integers and clipped to [min, max] (no max: clipped
-    to limits.MAX_TOKENS, a billion)."""
-
-    min: Tokens = 1
-    max: Tokens | None = None
-
-    @model_validator(mode="after")
-    def _order(self) -> _Clipped:
-        if self.max is not None and self.max < self.min:
-            raise ValueError("max must be >= min")
-        return self
-
-
-class Normal(_Clipped):
-    dist: Literal["normal"]
-    mean: float = Field(gt=0, le=L.MAX_TOKENS)
-    std: float = Field(ge=0, le=L.MAX_TOKENS)
-
-
-class LogNormal(_Clipped):
-    """Long-tailed lengths (ShareGPT-like): `mean` of the distribution and log-space `sigma`."""
-
-    dist: Literal["lognormal"]
-    mean: float = Field(gt=0, le=L.MAX_TOKENS)
-    sigma: float = Field(gt=0, le=10, description="log-space spread (ShareGPT-like traffic: about 0.5-1.5)")
-
-
-class Empirical(Frozen):
-    """A histogram: `values[i]` drawn with weight `weights[i]` (uniform when weights are omitted)."""
-
-    dist: Literal["empirical"]
-    values: list[Tokens] = Field(min_length=1)
-    weights: list[Annotated[float, Field(ge=0, le=L.MAX_WEIGHT)]] | None = None
-
-    @model_validator(mode="after")
-    def _shape(self) -> Empirical:
-        if self.weights is not None:
-            if len(self.weights) != len(self.values):
-                raise ValueError("weights must have one entry per value")
-            if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
-                raise ValueError("weights must be >= 0 with a positive sum")
-        return self
-
-
-class InOrder(Frozen):
-    """These exact values, in order, repeating if more requests arrive than values given."""
-
-    dist: Literal["sequence"]
-    values: list[Tokens] = Field(min_length=1)
-
-
-class FromTrace(Frozen):
-    """Lengths come from the arrivals trace (arrivals.kind: trace)."""
-
-    dist: Literal["trace"]
-
-
-Lengths = Annotated[Fixed | Uniform | Normal | LogNormal | Empirical | InOrder | FromTrace, Field(discriminator="dist")]
 
 
 class Poisson(Frozen):
@@ -351,6 +270,12 @@ class WorkloadConfig(Frozen):
     )
     samples: int = Field(1, gt=0, le=1024, description="parallel sampling (n): answers per request, sharing its prompt")
     prefix_caching: bool = Field(False, description="reuse cached KV blocks of identical prefixes (vLLM APC)")
+    prompt_set: int | None = Field(None, gt=0, le=10_000_000, description="the client sends the same this-many "
+                                   "prompts in turn (request i re-sends prompt i mod N with its lengths), as benchmark "
+                                   "clients that replay a fixed set do: with prefix_caching a prompt sent before finds "
+                                   "its blocks cached")
+    prompt_set_cached: bool = Field(False, description="the prompt set was sent before this run: its prompts start in "
+                                    "the prefix cache, oldest evicted first (needs prompt_set and prefix_caching)")
     replicas: int = Field(1, gt=0, le=4096, description="copies of the server behind a router")
     router: Literal["round_robin", "least_outstanding", "least_kv"] = "round_robin"
     endpoint: Literal["chat", "completions"] = Field(
@@ -392,4 +317,13 @@ def _workload_problems(w: WorkloadConfig) -> list[str]:
         problems.append("length dist 'trace' needs arrivals.kind 'trace'")
     if w.arrivals.kind == "all_at_once" and (w.requests is None or w.duration_s is not None):
         problems.append("arrivals 'all_at_once' sends 'requests' requests at once: give 'requests', not duration_s")
+    if w.prompt_set is not None:
+        if w.classes is not None or trace or w.split is not None:
+            problems.append("prompt_set replays prompts drawn from prompt_tokens/output_tokens: not with classes, "
+                            "split or a trace")
+        if w.arrivals.kind == "closed_loop" and w.arrivals.turns_per_session > 1:
+            problems.append("prompt_set replays single-turn prompts: not with turns_per_session above 1")
+    if w.prompt_set_cached and (w.prompt_set is None or not w.prefix_caching):
+        problems.append("prompt_set_cached: the set's prompts start in the prefix cache, so it needs 'prompt_set' and "
+                        "'prefix_caching: true'")
     return problems

@@ -33,9 +33,14 @@ class OpenLoopStream:
     class_prefix: tuple[int, ...]  # shared prefix tokens per class
     class_samples: tuple[int, ...]  # parallel samples per class
     time_offset_s: float = 0.0  # a trace's first arrival time, subtracted from every arrival
+    prompt_set: int | None = None  # request i re-sends prompt i mod prompt_set (workload prompt_set)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
+
+    def replayed_prompts(self) -> list[int]:
+        """Prompt tokens (shared prefix included) of each prompt of the replayed set that is sent."""
+        return [] if self.prompt_set is None else self.prompt_tokens[:self.prompt_set].tolist()
 
 
 class _LengthSampler:
@@ -100,17 +105,28 @@ class ClosedLoopStream:
         self.ramp_s = a.think_time_s if a.ramp_s is None else a.ramp_s
         self.turns_per_session = a.turns_per_session
         self.max_requests, self.duration_s = w.requests, w.duration_s
+        self.prompt_set = w.prompt_set
         self.class_names, self.class_prefix, self.class_samples = sampler.names, sampler.prefix, sampler.samples
         self._sampler, self._think_rng = sampler, rng_think
         self._drawn: tuple[np.ndarray, ...] = (np.zeros(0, dtype=np.int64),) * 3
 
     def lengths(self, i: int) -> tuple[int, int, int]:
         """(prompt tokens drawn, output tokens, class index) of the i-th request sent; the
-        class's shared prefix (first turn) or the session history (later turns) comes on top."""
+        class's shared prefix (first turn) or the session history (later turns) comes on top. With
+        a prompt set, the i-th request re-sends prompt i mod prompt_set."""
+        if self.prompt_set is not None:
+            i %= self.prompt_set
         while i >= len(self._drawn[0]):
             n = self.BLOCK if self.max_requests is None else self.max_requests
             self._drawn = tuple(np.concatenate(pair) for pair in zip(self._drawn, self._sampler.draw(n)))
         return int(self._drawn[0][i]), int(self._drawn[1][i]), int(self._drawn[2][i])
+
+    def replayed_prompts(self) -> list[int]:
+        """Prompt tokens (shared prefix included) of each prompt of the replayed set."""
+        if self.prompt_set is None:
+            return []
+        sent = self.prompt_set if self.max_requests is None else min(self.prompt_set, self.max_requests)
+        return [drawn + self.class_prefix[cls] for drawn, _, cls in map(self.lengths, range(sent))]
 
     def start_s(self, user: int) -> float:
         """When a user sends its first request: evenly staggered over [0, ramp_s)."""
@@ -323,9 +339,13 @@ def build_stream(w: WorkloadConfig, base_dir: Path | None = None) -> OpenLoopStr
         times = trace["arrival_s"]
     else:
         times = _arrival_times(w, rng_arrivals)
-    prompt, output, cls = sampler.draw(len(times), trace)
+    if w.prompt_set is not None:  # the set's lengths, drawn once, re-sent in turn
+        prompt, output, cls = (np.resize(a, len(times)) for a in sampler.draw(min(w.prompt_set, len(times))))
+    else:
+        prompt, output, cls = sampler.draw(len(times), trace)
     prompt = prompt + np.asarray(sampler.prefix, dtype=np.int64)[cls]
-    return OpenLoopStream(times, prompt, output, cls, sampler.names, sampler.prefix, sampler.samples, offset)
+    return OpenLoopStream(times, prompt, output, cls, sampler.names, sampler.prefix, sampler.samples, offset,
+                          w.prompt_set)
 
 
 def _trace(w: WorkloadConfig, base_dir: Path | None) -> tuple[dict[str, np.ndarray], float]:
