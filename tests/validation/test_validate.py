@@ -426,7 +426,7 @@ def test_vllm_v1_releases_from_0_9_on_take_the_newest_v1_profile(points):
 def test_a_listed_prompt_set_is_drawn_from_its_first_prompts_plus_the_template(points):
     """AccelMark sends the first N prompts of its data set, each wrapped in the chat template."""
     point = {**points["accelmark-a100sxm80-vllm0201-llama3-8b-bf16-sharegpt-interactive-c1-ttft-p50"]}
-    del point["repeated_prompts"]  # as if each run had started from a cold cache
+    del point["prompt_replay"]  # one run from a cold cache
     w = workload_for(point)
     prompts = w.prompt_tokens
     assert prompts.dist == "empirical" and sum(prompts.weights) == 150  # the first 150 of the 500 listed
@@ -436,10 +436,19 @@ def test_a_listed_prompt_set_is_drawn_from_its_first_prompts_plus_the_template(p
     assert (w.engine, w.gpu, w.max_model_len, w.gpu_memory_utilization) == ("vllm", "a100-80g", 4096, 0.9)
 
 
-def test_a_client_that_resends_its_prompts_to_a_warm_prefix_cache_is_skipped(points):
-    with pytest.raises(Skip, match="re-sent its prompts"):
-        workload_for(points["accelmark-a100sxm40-sglang056-llama3-8b-bf16-sharegpt-online-qps25-ttft-p50"])
-    long_prompts = workload_for(points["accelmark-a100sxm40-sglang056-llama31-8b-bf16-longctx28k-online-qps2-ttft-p99"])
-    assert (long_prompts.engine, long_prompts.arrivals.rate_per_s, long_prompts.requests) == ("sglang@0.4", 2.0, 200)
-    assert (long_prompts.prompt_tokens.value, long_prompts.output_tokens.value) == (28650, 224)  # SGLang's 224 cap
-    assert not long_prompts.prefix_caching  # 28K-token prompts outgrow the cache long before they come round again
+def test_a_client_that_replays_its_prompt_set_runs_with_the_prefix_cache(points):
+    """AccelMark re-sends its prompts in every run: its 3 interactive runs back to back, the first
+    pass cold; its 25 requests/s runs after the 5 requests/s ones sent the set, so cached."""
+    alone = workload_for(points["accelmark-a100sxm80-vllm0201-llama3-8b-bf16-sharegpt-interactive-c1-ttft-p50"])
+    assert (alone.prefix_caching, alone.prompt_set, alone.prompt_set_cached, alone.requests) == (True, 150, False, 450)
+    loaded = workload_for(points["accelmark-a100sxm40-sglang056-llama3-8b-bf16-sharegpt-online-qps25-ttft-p50"])
+    assert (loaded.prompt_set, loaded.prompt_set_cached, loaded.requests, loaded.arrivals.rate_per_s) == (300, True, 300, 25.0)
+
+
+def test_a_client_that_resends_its_prompts_unknowably_is_skipped(points):
+    with pytest.raises(Skip, match="re-sent its prompts"):  # its durations show cache hits the data cannot place
+        workload_for(points["accelmark-a100sxm40-sglang056-llama31-8b-bf16-longctx28k-online-qps2-ttft-p99"])
+    alone = workload_for(points["accelmark-a100sxm40-sglang056-llama31-8b-bf16-longctx28k-interactive-c1-ttft-p99"])
+    assert (alone.engine, alone.arrivals.kind, alone.arrivals.users, alone.requests) == ("sglang@0.4", "closed_loop", 1, 100)
+    assert (alone.prompt_tokens.value, alone.output_tokens.value) == (28650, 224)  # SGLang's 224 cap
+    assert not alone.prefix_caching  # 28K-token prompts outgrow the cache long before they come round again
