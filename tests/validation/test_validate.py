@@ -424,14 +424,14 @@ def test_vllm_v1_releases_from_0_9_on_take_the_newest_v1_profile(points):
 
 
 def test_a_listed_prompt_set_is_drawn_from_its_first_prompts_plus_the_template(points):
-    """AccelMark sends the first N prompts of its data set, each wrapped in the chat template."""
+    """AccelMark sends the first N prompts of its data set in order, each wrapped in the chat template."""
     point = {**points["accelmark-a100sxm80-vllm0201-llama3-8b-bf16-sharegpt-interactive-c1-ttft-p50"]}
     del point["prompt_replay"]  # one run from a cold cache
     w = workload_for(point)
     prompts = w.prompt_tokens
-    assert prompts.dist == "empirical" and sum(prompts.weights) == 150  # the first 150 of the 500 listed
-    mean = sum(v * c for v, c in zip(prompts.values, prompts.weights)) / 150
-    assert abs(mean - (236.15 + 10)) < 0.01  # the listed mean plus the Llama 3 template's 10 tokens
+    assert prompts.dist == "sequence" and len(prompts.values) == 150  # the first 150 of the 500 listed
+    assert prompts.values[0] == 395 + 10  # request 0: its 395 listed tokens and the template
+    assert abs(sum(prompts.values) / 150 - (236.15 + 10)) < 0.01  # the listed mean plus the template
     assert w.output_tokens.value == 346 and (w.arrivals.kind, w.arrivals.users, w.requests) == ("closed_loop", 1, 150)
     assert (w.engine, w.gpu, w.max_model_len, w.gpu_memory_utilization) == ("vllm", "a100-80g", 4096, 0.9)
 

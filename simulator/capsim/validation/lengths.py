@@ -111,17 +111,14 @@ def _listed(suite_dir: str, name: str) -> tuple[int, ...]:
 
 
 def _listed_lengths(point: dict) -> dict:
-    """A client that sends the first N prompts of a published list (`prompt_lengths`: its file, N and
-    the chat template's tokens, which the list leaves out); answers at the point's mean, as the
-    answers' own lengths are not published per request."""
+    """A client that sends the first N prompts of a published list, in its order (`prompt_lengths`:
+    its file, N and the chat template's tokens, which the list leaves out), and again from the first
+    when it sends more; answers at the point's mean, as their own lengths are not published."""
     spec = point.get("prompt_lengths")
     if not isinstance(spec, dict) or "file" not in spec:
         raise Skip("length_distribution 'listed' needs prompt_lengths: {file, first, template_tokens}")
     lengths = _listed(str(point.get("_dir") or DEFAULT_SUITE), str(spec["file"]))
-    sent = lengths[:int(spec.get("first") or len(lengths))]
     extra = int(spec.get("template_tokens") or 0)
-    counts: dict[int, float] = {}
-    for tokens in sent:
-        counts[tokens + extra] = counts.get(tokens + extra, 0.0) + 1.0
-    return {"prompt_tokens": {"dist": "empirical", "values": sorted(counts), "weights": [counts[t] for t in sorted(counts)]},
+    sent = [tokens + extra for tokens in lengths[:int(spec.get("first") or len(lengths))]]
+    return {"prompt_tokens": {"dist": "sequence", "values": sent},
             "output_tokens": {"dist": "fixed", "value": max(1, round(float(point["output_tokens"])))}}
