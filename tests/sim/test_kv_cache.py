@@ -1,6 +1,7 @@
 """Allocators: block accounting, reservation, capacity sizing, and property-based invariants."""
 
 import pytest
+from capsim.core.request import Request
 from capsim.sim.kv_cache import PagedAllocator, blocks_for
 from capsim.sim.kv_contiguous import ContiguousAllocator
 from helpers import make_paged, make_request
@@ -222,3 +223,21 @@ def test_a_swapped_in_request_does_not_evict_prefix_blocks_a_later_admission_map
     assert kv.tables[newcomer.id][:2] == [0, 1]  # the prefix's blocks, mapped, not recomputed
     assert not set(kv.tables[swapped.id]) & {0, 1}
     assert kv.used_units == 5 and not kv._evictable
+
+
+def test_warming_a_prompt_set_keeps_only_the_newest_prompts_that_fit():
+    """A replayed set the client sent before (workload prompt_set_cached): each prompt's full
+    blocks enter the cache as unreferenced; of a set larger than the cache only the newest
+    prompts are entered (what a least-recently-used cache keeps), so a million-prompt set costs no
+    more than the cache holds."""
+    kv = PagedAllocator(num_blocks=60, block_size=4, caching=True)
+    kv.warm([41] * 10)  # 10 full blocks per prompt: prompts 4-9 fit
+    assert kv.free_units == 60 and len(kv._cached) == 60  # cached but unreferenced: free to take
+    kv.check()
+    assert {key[1] for key in kv._cached} == set(range(4, 10))
+    again = Request(9, 0.0, 41, 1, prompt_id=9)
+    assert kv.prefix_hits(again) == (10, 10)  # all ten full blocks found (the 41st token is computed)
+    big = PagedAllocator(num_blocks=60, block_size=4, caching=True)
+    big.warm([41] * 1_000_000)
+    assert {key[1] for key in big._cached} == set(range(999_994, 1_000_000))
+    PagedAllocator(num_blocks=60, block_size=4).warm([41] * 10)  # without caching: nothing to do

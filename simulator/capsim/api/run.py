@@ -15,7 +15,6 @@ from capsim.api.pools import Pools, build_pools, pool_cost, pool_summary, resolv
 from capsim.api.run_result import RunResult, step_parts, step_table
 from capsim.api.setup import Setup, apply_overrides, budget_with, describe, load_workload, resolve
 from capsim.core.names import OUTCOMES
-from capsim.core.request import Request
 from capsim.cost.parallel import ExpertParallelCost, PipelineCost, pipeline_link
 from capsim.cost.roofline import CostModel
 from capsim.errors import short_path
@@ -128,10 +127,9 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
         replicas, handoff = build_pools(pools, build)
         setup = pools.decode
     if w.prompt_set_cached:  # the client sent its prompt set before this run: every copy has it cached
-        prompts = [Request(-1 - i, 0.0, tokens, 1, shared_prefix_tokens=w.shared_prefix_tokens, prompt_id=i)
-                   for i, tokens in enumerate(stream.replayed_prompts())]
+        prompts = stream.replayed_prompts()
         for replica in replicas:
-            replica.kv.warm(prompts)
+            replica.kv.warm(prompts, w.shared_prefix_tokens)
     engine = Engine(replicas, stream, horizon_s=w.horizon_s, macro_steps=macro_steps, router=w.router,
                     progress=progress, handoff=handoff)
     with _collector_paused():

@@ -160,13 +160,19 @@ class PagedAllocator:
             return ("session", req.session, index)
         return ("request", req.id, index)
 
-    def warm(self, prompts: list[Request]) -> None:
-        """Enter these (not yet sent) requests' full prompt blocks into the prefix cache as cached
-        and unreferenced, as if each had run and let go, the first one's first: a prompt set the
-        client sent before this run (workload prompt_set_cached). More than fits evicts the oldest."""
+    def warm(self, prompt_tokens: list[int], shared_prefix_tokens: int = 0) -> None:
+        """Enter a replayed prompt set's full prompt blocks (prompt i of prompt_tokens, shared prefix
+        included) into the prefix cache as cached and unreferenced, as the client's earlier pass over
+        the set left them (workload prompt_set_cached): only the newest prompts that fit, as a
+        least-recently-used cache keeps, prompt 0 oldest."""
         if not self.caching:
             return
-        for req in prompts:
+        first, room = len(prompt_tokens), self.num_blocks
+        while first > 0 and prompt_tokens[first - 1] // self.block_size <= room:
+            first -= 1
+            room -= prompt_tokens[first] // self.block_size
+        for slot in range(first, len(prompt_tokens)):
+            req = Request(-1 - slot, 0.0, prompt_tokens[slot], 1, shared_prefix_tokens=shared_prefix_tokens, prompt_id=slot)
             for index in range(req.prompt_tokens // self.block_size):
                 key = self.block_key(req, index)
                 if key not in self._cached:

@@ -270,7 +270,7 @@ class WorkloadConfig(Frozen):
     )
     samples: int = Field(1, gt=0, le=1024, description="parallel sampling (n): answers per request, sharing its prompt")
     prefix_caching: bool = Field(False, description="reuse cached KV blocks of identical prefixes (vLLM APC)")
-    prompt_set: int | None = Field(None, gt=0, le=10_000_000, description="the client sends the same this-many "
+    prompt_set: int | None = Field(None, gt=0, le=1_000_000, description="the client sends the same this-many "
                                    "prompts in turn (request i re-sends prompt i mod N with its lengths), as benchmark "
                                    "clients that replay a fixed set do: with prefix_caching a prompt sent before finds "
                                    "its blocks cached")

@@ -116,6 +116,8 @@ class ClosedLoopStream:
         a prompt set, the i-th request re-sends prompt i mod prompt_set."""
         if self.prompt_set is not None:
             i %= self.prompt_set
+            if not len(self._drawn[0]):  # the whole set at once (re-drawing in blocks would copy it each time)
+                self._drawn = self._sampler.draw(self.prompt_set)
         while i >= len(self._drawn[0]):
             n = self.BLOCK if self.max_requests is None else self.max_requests
             self._drawn = tuple(np.concatenate(pair) for pair in zip(self._drawn, self._sampler.draw(n)))
