@@ -193,3 +193,30 @@ def test_a_replayed_prompt_set_keeps_macro_steps_exact(round_gpu_file, arrivals)
     macro, step = simulate(w), simulate(w, macro_steps=False)
     assert macro.summary["prefill_tokens_saved"] > 0
     assert macro.summary_json() == step.summary_json() and macro.requests.equals(step.requests)
+
+
+def test_a_cached_prompt_set_starts_the_same_however_the_run_ends(round_gpu_file):
+    """The earlier pass sent the whole set, so the cache holds its newest prompts that fit whether
+    this run stops after a count of requests or after a duration (a 10-prompt set of 10 blocks
+    each in 60 blocks: prompts 4-9, which sending 0-3 first evicts, so neither run finds any)."""
+    fixed = dict(prompt_tokens={"dist": "fixed", "value": 41}, output_tokens={"dist": "fixed", "value": 1},
+                 prefix_caching=True, prompt_set=10, prompt_set_cached=True, num_gpu_blocks=60)
+    loop = {"kind": "closed_loop", "users": 1, "think_time_s": 0.0}
+    counted = simulate(workload(round_gpu_file, requests=10, arrivals=loop, **fixed)).summary
+    timed = simulate(workload(round_gpu_file, requests=None, duration_s=0.05, arrivals=loop, **fixed)).summary
+    assert counted["prefill_tokens_saved"] == timed["prefill_tokens_saved"] == 0
+    fits = fixed | {"num_gpu_blocks": 150}  # the whole set fits: every request finds its 40 tokens
+    counted = simulate(workload(round_gpu_file, requests=10, arrivals=loop, **fits)).summary
+    timed = simulate(workload(round_gpu_file, requests=None, duration_s=0.05, arrivals=loop, **fits)).summary
+    assert counted["prefill_tokens_saved"] == 10 * 40 and timed["prefill_tokens_saved"] == 40 * timed["completed"]
+
+
+def test_a_cached_prompt_set_too_big_to_simulate_is_refused_with_the_reason(round_gpu_file, monkeypatch):
+    from capsim.errors import CapsimError
+    from capsim.spec import limits
+
+    monkeypatch.setattr(limits, "MAX_CACHED_BLOCKS_AT_START", 50)  # the set leaves 100 blocks (10 x 10)
+    w = workload(round_gpu_file, prompt_tokens={"dist": "fixed", "value": 41}, output_tokens={"dist": "fixed", "value": 1},
+                 prefix_caching=True, prompt_set=10, prompt_set_cached=True, num_gpu_blocks=200, requests=10)
+    with pytest.raises(CapsimError, match=r"field 'prompt_set_cached'.*more than 50 KV blocks.*fewer replicas"):
+        simulate(w)

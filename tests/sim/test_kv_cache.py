@@ -2,7 +2,7 @@
 
 import pytest
 from capsim.core.request import Request
-from capsim.sim.kv_cache import PagedAllocator, blocks_for
+from capsim.sim.kv_cache import PagedAllocator, blocks_for, warm_keys
 from capsim.sim.kv_contiguous import ContiguousAllocator
 from helpers import make_paged, make_request
 from hypothesis import settings
@@ -226,18 +226,33 @@ def test_a_swapped_in_request_does_not_evict_prefix_blocks_a_later_admission_map
 
 
 def test_warming_a_prompt_set_keeps_only_the_newest_prompts_that_fit():
-    """A replayed set the client sent before (workload prompt_set_cached): each prompt's full
+    """A replayed set the client sent before (workload prompt_set_cached): each request's full
     blocks enter the cache as unreferenced; of a set larger than the cache only the newest
-    prompts are entered (what a least-recently-used cache keeps), so a million-prompt set costs no
-    more than the cache holds."""
+    prompts, so a million-prompt set costs no more than the cache holds."""
     kv = PagedAllocator(num_blocks=60, block_size=4, caching=True)
-    kv.warm([41] * 10)  # 10 full blocks per prompt: prompts 4-9 fit
+    kv.warm(warm_keys([41] * 10, [1] * 10, 0, kv, max_model_len=4096))  # 10 full blocks each: prompts 4-9 fit
     assert kv.free_units == 60 and len(kv._cached) == 60  # cached but unreferenced: free to take
     kv.check()
     assert {key[1] for key in kv._cached} == set(range(4, 10))
-    again = Request(9, 0.0, 41, 1, prompt_id=9)
-    assert kv.prefix_hits(again) == (10, 10)  # all ten full blocks found (the 41st token is computed)
-    big = PagedAllocator(num_blocks=60, block_size=4, caching=True)
-    big.warm([41] * 1_000_000)
-    assert {key[1] for key in big._cached} == set(range(999_994, 1_000_000))
-    PagedAllocator(num_blocks=60, block_size=4).warm([41] * 10)  # without caching: nothing to do
+    assert kv.prefix_hits(Request(9, 0.0, 41, 1, prompt_id=9)) == (10, 10)  # the 41st token is computed
+    big = warm_keys([41] * 1_000_000, [1] * 1_000_000, 0, kv, max_model_len=4096)
+    assert {key[1] for key in big} == set(range(999_994, 1_000_000))
+
+
+def test_warming_counts_answers_skips_rejected_prompts_and_shares_a_system_prompt():
+    """What a finished request leaves is its full blocks of prompt and answer (the answer's freed
+    first, so oldest); a request the server rejects left nothing; a shared system prompt is
+    cached once, and every request touched it, so it is the most recently used."""
+    kv = PagedAllocator(num_blocks=30, block_size=4, caching=True)
+    keys = warm_keys([20, 20, 20], [9, 9, 9], 0, kv, max_model_len=4096)  # 28 tokens kept: 7 blocks each
+    assert len(keys) == 21 and keys[0] == ("request", -1, 6) and keys[-1] == ("prompt", 2, 0)
+    assert keys[:7] == [("request", -1, 6), ("request", -1, 5), ("prompt", 0, 4), ("prompt", 0, 3),
+                        ("prompt", 0, 2), ("prompt", 0, 1), ("prompt", 0, 0)]
+    assert len(warm_keys([20, 20, 20], [9, 9, 9], 0, kv, max_model_len=28)) == 0  # 29 tokens each: all rejected
+    rejected_newest = warm_keys([20, 20, 200], [9, 9, 9], 0, kv, max_model_len=100)
+    assert {key[1] for key in rejected_newest} == {-2, -1, 0, 1}  # slot 2 never ran; 0 and 1 still cached
+    shared = warm_keys([40, 40, 40], [1, 1, 1], 32, kv, max_model_len=4096)  # 8 prefix blocks + 2 own each
+    assert len(set(shared)) == 8 + 3 * 2
+    kv.warm(shared)
+    assert next(reversed(kv._evictable)) == kv._cached[("prefix", 0, 0)]  # touched by every request: newest
+    kv.check()

@@ -17,7 +17,7 @@ from capsim.api.setup import Setup, apply_overrides, budget_with, describe, load
 from capsim.core.names import OUTCOMES
 from capsim.cost.parallel import ExpertParallelCost, PipelineCost, pipeline_link
 from capsim.cost.roofline import CostModel
-from capsim.errors import short_path
+from capsim.errors import CapsimError, short_path
 from capsim.results.cost import deployment_cost, deployment_gpus, price_for
 from capsim.results.load_share import load_share
 from capsim.results.provenance import provenance
@@ -26,13 +26,14 @@ from capsim.results.steady import choose_window, saturation
 from capsim.results.summary import Gaps, per_class, request_table, summarize
 from capsim.results.verdict import judge
 from capsim.sim.engine import Engine
-from capsim.sim.kv_cache import PagedAllocator
+from capsim.sim.kv_cache import PagedAllocator, warm_keys
 from capsim.sim.kv_contiguous import ContiguousAllocator
 from capsim.sim.replica import Replica, SwapSpace
 from capsim.sim.running import RunningSet
 from capsim.sim.schedulers import SCHEDULERS
 from capsim.sim.speculative import TokenSchedule
 from capsim.sim.step_log import step_totals
+from capsim.spec import limits as L
 from capsim.spec.catalog import load_model
 from capsim.spec.formats import get_format
 from capsim.spec.shapes import load_link
@@ -126,10 +127,8 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
     else:  # the run's set-up (summary, verdict) is the decode pool's; the prefill pool's is in `disaggregated`
         replicas, handoff = build_pools(pools, build)
         setup = pools.decode
-    if w.prompt_set_cached:  # the client sent its prompt set before this run: every copy has it cached
-        prompts = stream.replayed_prompts()
-        for replica in replicas:
-            replica.kv.warm(prompts, w.shared_prefix_tokens)
+    if w.prompt_set_cached:
+        warm_prompt_set(replicas, stream, setup, source)
     engine = Engine(replicas, stream, horizon_s=w.horizon_s, macro_steps=macro_steps, router=w.router,
                     progress=progress, handoff=handoff)
     with _collector_paused():
@@ -141,6 +140,45 @@ def simulate(workload: WorkloadConfig | str | Path, *, macro_steps: bool = True,
         command_source = source if base_dir is not None else "WORKLOAD.yaml"
     return _result(setup, engine, end_s, objectives, tuple(sorted(set(asked) | set(objectives.percentiles()))), price,
                    command_source, pools)
+
+def warm_prompt_set(replicas: list[Replica], stream, setup: Setup, source: str) -> None:
+    """The client sent its replayed prompt set before this run (workload prompt_set_cached): each
+    copy's prefix cache starts as that pass left it (capsim.sim.kv_cache.warm_keys), refused with the
+    reason when that would be more cached blocks than capsim starts a run with or this machine holds."""
+    w = setup.workload
+    prompts, outputs = stream.replayed_set()
+    copies: dict[tuple, int] = {}
+    for replica in replicas:
+        if isinstance(replica.kv, PagedAllocator):
+            copies[_cache_shape(replica.kv)] = copies.get(_cache_shape(replica.kv), 0) + 1
+    have = L.available_memory_bytes()
+    most = L.MAX_CACHED_BLOCKS_AT_START
+    if have is not None:
+        most = min(most, int(L.MEMORY_SHARE * have / L.BYTES_PER_CACHED_BLOCK))
+    plans: dict[tuple, list[tuple]] = {}
+    for replica in replicas:
+        kv = replica.kv
+        if isinstance(kv, PagedAllocator) and _cache_shape(kv) not in plans:
+            keys = warm_keys(prompts, outputs, w.shared_prefix_tokens, kv, setup.max_model_len,
+                             most // copies[_cache_shape(kv)])
+            if keys is None:
+                raise CapsimError(
+                    f"{source}: field 'prompt_set_cached': the earlier pass over the prompt set would leave more than "
+                    f"{most:,} KV blocks in the prefix caches of the {len(replicas)} replica(s), more than capsim starts a "
+                    f"run with ({L.MAX_CACHED_BLOCKS_AT_START:,} at most, {L.BYTES_PER_CACHED_BLOCK} bytes each, within "
+                    "this machine's memory). Use fewer replicas or a smaller num_gpu_blocks, or leave prompt_set_cached "
+                    "out (the set is then cached as this run sends it).")
+            most -= len(keys) * copies[_cache_shape(kv)]
+            plans[_cache_shape(kv)] = keys
+    for replica in replicas:
+        if isinstance(replica.kv, PagedAllocator):
+            replica.kv.warm(plans[_cache_shape(replica.kv)])
+
+
+def _cache_shape(kv: PagedAllocator) -> tuple[int, int, int]:
+    """What a replica's warmed cache depends on: its blocks, their size and its watermark."""
+    return kv.num_blocks, kv.block_size, kv.watermark_units
+
 
 @contextmanager
 def _collector_paused():

@@ -160,25 +160,20 @@ class PagedAllocator:
             return ("session", req.session, index)
         return ("request", req.id, index)
 
-    def warm(self, prompt_tokens: list[int], shared_prefix_tokens: int = 0) -> None:
-        """Enter a replayed prompt set's full prompt blocks (prompt i of prompt_tokens, shared prefix
-        included) into the prefix cache as cached and unreferenced, as the client's earlier pass over
-        the set left them (workload prompt_set_cached): only the newest prompts that fit, as a
-        least-recently-used cache keeps, prompt 0 oldest."""
+    def warm(self, keys: list[tuple]) -> None:
+        """Enter cached, unreferenced blocks with these keys, oldest first (a key already cached
+        becomes the most recently used): what an earlier pass over a replayed prompt set left in
+        the cache (warm_keys, workload prompt_set_cached)."""
         if not self.caching:
             return
-        first, room = len(prompt_tokens), self.num_blocks
-        while first > 0 and prompt_tokens[first - 1] // self.block_size <= room:
-            first -= 1
-            room -= prompt_tokens[first] // self.block_size
-        for slot in range(first, len(prompt_tokens)):
-            req = Request(-1 - slot, 0.0, prompt_tokens[slot], 1, shared_prefix_tokens=shared_prefix_tokens, prompt_id=slot)
-            for index in range(req.prompt_tokens // self.block_size):
-                key = self.block_key(req, index)
-                if key not in self._cached:
-                    [block] = self._take(1)
-                    self._cached[key], self._key_of[block] = block, key
-                    self._evictable[block] = None
+        for key in keys:
+            block = self._cached.get(key)
+            if block is not None:
+                self._evictable.move_to_end(block)
+                continue
+            [block] = self._take(1)
+            self._cached[key], self._key_of[block] = block, key
+            self._evictable[block] = None
 
     def units_held(self, req: Request) -> int:
         """Blocks that return to the free pool if this request lets go of its table."""
@@ -315,3 +310,29 @@ class PagedAllocator:
 
 
 Allocator = PagedAllocator | ContiguousAllocator  # what a replica holds
+
+
+def warm_keys(prompt_tokens: list[int], output_tokens: list[int], shared_prefix_tokens: int, kv: PagedAllocator,
+              max_model_len: int, most: int | None = None) -> list[tuple] | None:
+    """The block keys a client's earlier pass over a replayed prompt set (prompt i of the lists,
+    shared prefix included, sent in order) leaves in kv's least-recently-used prefix cache, oldest
+    first: each request's full blocks, prompt and answer, in the order release() frees them (the
+    answer's last block first); only the newest requests that fit; requests the server rejects
+    (over max_model_len or the whole cache) skipped; a shared system prompt counted once. None
+    as soon as there would be more than `most` keys."""
+    room, chosen, counted = kv.num_blocks, [], set()
+    for slot in range(len(prompt_tokens) - 1, -1, -1):
+        req = Request(-1 - slot, 0.0, prompt_tokens[slot], output_tokens[slot],
+                      shared_prefix_tokens=shared_prefix_tokens, prompt_id=slot)
+        if req.max_tokens > max_model_len or kv.units_for_request(req) > kv.num_blocks - kv.watermark_units:
+            continue  # rejected (schedulers' reject_reason): never ran, never cached
+        keys = [kv.block_key(req, index) for index in range((req.max_tokens - 1) // kv.block_size)]
+        new = [key for key in keys if key not in counted]
+        if len(new) > room:
+            break
+        room -= len(new)
+        counted.update(new)
+        if most is not None and len(counted) > most:
+            return None
+        chosen.append(keys[::-1])
+    return [key for keys in reversed(chosen) for key in keys]

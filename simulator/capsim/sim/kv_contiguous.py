@@ -73,7 +73,7 @@ class ContiguousAllocator:
     def prefix_hits(self, req: Request) -> tuple[int, int]:
         return 0, 0  # no prefix caching without blocks
 
-    def warm(self, prompt_tokens: list[int], shared_prefix_tokens: int = 0) -> None:
+    def warm(self, keys: list[tuple]) -> None:
         pass  # no prefix caching without blocks
 
     def use_hits(self, req: Request, hit_blocks: int) -> None:

@@ -35,6 +35,12 @@ MAX_WEIGHT = 1e12  # class weights and histogram weights (relative: only their r
 BYTES_PER_REQUEST = 900
 # Refuse a run that would need more than this share of the memory available to it.
 MEMORY_SHARE = 0.8
+# Memory a block held in a simulated prefix cache costs (its key, its entries in the cache's
+# indexes): warming 50 million blocks (workload prompt_set_cached) peaked at 15.4 GB, about 310 each.
+BYTES_PER_CACHED_BLOCK = 320
+# Most cached blocks a run starts with (prompt_set_cached, over all replicas): entering them costs
+# about 2.7 us each (50 million took 136 s), so 10 million is about half a minute of set-up.
+MAX_CACHED_BLOCKS_AT_START = 10_000_000
 
 
 def available_memory_bytes() -> int | None:

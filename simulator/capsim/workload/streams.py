@@ -34,13 +34,17 @@ class OpenLoopStream:
     class_samples: tuple[int, ...]  # parallel samples per class
     time_offset_s: float = 0.0  # a trace's first arrival time, subtracted from every arrival
     prompt_set: int | None = None  # request i re-sends prompt i mod prompt_set (workload prompt_set)
+    set_prompt_tokens: np.ndarray | None = None  # the set's prompts (shared prefix included) and answers
+    set_output_tokens: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.arrival_s)
 
-    def replayed_prompts(self) -> list[int]:
-        """Prompt tokens (shared prefix included) of each prompt of the replayed set that is sent."""
-        return [] if self.prompt_set is None else self.prompt_tokens[:self.prompt_set].tolist()
+    def replayed_set(self) -> tuple[list[int], list[int]]:
+        """(prompt tokens with the shared prefix, output tokens) of each prompt of the replayed set."""
+        if self.set_prompt_tokens is None or self.set_output_tokens is None:
+            return [], []
+        return self.set_prompt_tokens.tolist(), self.set_output_tokens.tolist()
 
 
 class _LengthSampler:
@@ -123,12 +127,12 @@ class ClosedLoopStream:
             self._drawn = tuple(np.concatenate(pair) for pair in zip(self._drawn, self._sampler.draw(n)))
         return int(self._drawn[0][i]), int(self._drawn[1][i]), int(self._drawn[2][i])
 
-    def replayed_prompts(self) -> list[int]:
-        """Prompt tokens (shared prefix included) of each prompt of the replayed set."""
+    def replayed_set(self) -> tuple[list[int], list[int]]:
+        """(prompt tokens with the shared prefix, output tokens) of each prompt of the replayed set."""
         if self.prompt_set is None:
-            return []
-        sent = self.prompt_set if self.max_requests is None else min(self.prompt_set, self.max_requests)
-        return [drawn + self.class_prefix[cls] for drawn, _, cls in map(self.lengths, range(sent))]
+            return [], []
+        drawn = [self.lengths(i) for i in range(self.prompt_set)]
+        return [p + self.class_prefix[c] for p, _, c in drawn], [o for _, o, _ in drawn]
 
     def start_s(self, user: int) -> float:
         """When a user sends its first request: evenly staggered over [0, ramp_s)."""
@@ -341,13 +345,16 @@ def build_stream(w: WorkloadConfig, base_dir: Path | None = None) -> OpenLoopStr
         times = trace["arrival_s"]
     else:
         times = _arrival_times(w, rng_arrivals)
-    if w.prompt_set is not None:  # the set's lengths, drawn once, re-sent in turn
-        prompt, output, cls = (np.resize(a, len(times)) for a in sampler.draw(min(w.prompt_set, len(times))))
-    else:
-        prompt, output, cls = sampler.draw(len(times), trace)
-    prompt = prompt + np.asarray(sampler.prefix, dtype=np.int64)[cls]
-    return OpenLoopStream(times, prompt, output, cls, sampler.names, sampler.prefix, sampler.samples, offset,
-                          w.prompt_set)
+    prefix = np.asarray(sampler.prefix, dtype=np.int64)
+    if w.prompt_set is not None:  # the whole set's lengths, drawn once, re-sent in turn
+        set_prompt, set_output, set_cls = sampler.draw(w.prompt_set)
+        set_prompt = set_prompt + prefix[set_cls]
+        prompt, output, cls = (np.resize(a, len(times)) for a in (set_prompt, set_output, set_cls))
+        return OpenLoopStream(times, prompt, output, cls, sampler.names, sampler.prefix, sampler.samples, offset,
+                              w.prompt_set, set_prompt, set_output)
+    prompt, output, cls = sampler.draw(len(times), trace)
+    prompt = prompt + prefix[cls]
+    return OpenLoopStream(times, prompt, output, cls, sampler.names, sampler.prefix, sampler.samples, offset)
 
 
 def _trace(w: WorkloadConfig, base_dir: Path | None) -> tuple[dict[str, np.ndarray], float]:
