@@ -320,7 +320,9 @@ def warm_keys(prompt_tokens: list[int], output_tokens: list[int], shared_prefix_
     answer's last block first); only the newest requests that fit; requests the server rejects
     (over max_model_len or the whole cache) skipped; a shared system prompt counted once. None
     as soon as there would be more than `most` keys."""
-    room, chosen, counted = kv.num_blocks, [], set()
+    room = kv.num_blocks
+    chosen: list[list[tuple]] = []
+    counted: set[tuple] = set()
     for slot in range(len(prompt_tokens) - 1, -1, -1):
         req = Request(-1 - slot, 0.0, prompt_tokens[slot], output_tokens[slot],
                       shared_prefix_tokens=shared_prefix_tokens, prompt_id=slot)
@@ -335,4 +337,7 @@ def warm_keys(prompt_tokens: list[int], output_tokens: list[int], shared_prefix_
         if most is not None and len(counted) > most:
             return None
         chosen.append(keys[::-1])
-    return [key for keys in reversed(chosen) for key in keys]
+    ordered: list[tuple] = []
+    for keys in reversed(chosen):
+        ordered.extend(keys)
+    return ordered
