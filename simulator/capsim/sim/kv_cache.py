@@ -338,6 +338,6 @@ def warm_keys(prompt_tokens: list[int], output_tokens: list[int], shared_prefix_
             return None
         chosen.append(keys[::-1])
     ordered: list[tuple] = []
-    for keys in reversed(chosen):
-        ordered.extend(keys)
+    for i in range(len(chosen) - 1, -1, -1):  # oldest request first
+        ordered.extend(chosen[i])
     return ordered
