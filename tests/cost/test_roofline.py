@@ -152,14 +152,41 @@ def test_gemm_efficiency_ramps_with_the_token_count(tiny_model, round_gpu):
     assert cm.gemm_part(6400, 1, 1)[0] == pytest.approx(flat.gemm_part(6400, 1, 1)[0] * 6464 / 6400)
 
 
+def _half_keys(gpu, keys):
+    return gpu.model_copy(update={"efficiency": gpu.efficiency.model_copy(update={"attention_half_keys": keys})})
+
+
+def test_prefill_attention_ramps_with_the_keys_each_new_token_attends(tiny_model, round_gpu):
+    # 4000 attention FLOPs per pair at 100 TFLOPS; a row worth 500 keys costs 500 x 4000 / 100e12 = 20 ns.
+    cm, flat = _cm(tiny_model, _half_keys(round_gpu, 500)), _cm(tiny_model, round_gpu)
+    assert cm.attention_token_s == pytest.approx(20e-9)
+    # 1000 fresh tokens attend 500.5 keys each on average: 20.02 us of pairs + 1000 rows x 20 ns
+    # (about half the long-context rate); the flat profile prices the pairs alone.
+    assert cm.attention_part(1000.0, 0.0, 500_500.0, 0.0, 1000)[0] == pytest.approx(20.02e-6 + 20e-6, rel=1e-12)
+    assert flat.attention_part(1000.0, 0.0, 500_500.0, 0.0, 1000)[0] == pytest.approx(20.02e-6, rel=1e-12)
+    # a 1000-token chunk after 99,000 cached attends ~99,500 keys each: the rows add 0.5%
+    long_chunk = cm.attention_part(100_000.0, 0.0, 1000 * 99_000 + 500_500.0, 0.0, 1000)[0]
+    assert long_chunk / flat.attention_part(100_000.0, 0.0, 1000 * 99_000 + 500_500.0, 0.0, 1000)[0] == \
+        pytest.approx(1 + 20e-6 / 3980.02e-6, rel=1e-9)
+    # the whole step adds the rows to the attention compute side
+    step = cm.step_cost(_plan((make_request(1000, 5), 1000)))
+    assert step.seconds == pytest.approx(flat.step_cost(_plan((make_request(1000, 5), 1000))).seconds + 20e-6, rel=1e-12)
+    # decode steps, priced through the per-batch coefficients, add the same per-token cost
+    reqs = [decoding(500, 50), decoding(2000, 50)]
+    one = cm.step_cost(_plan(*[(r, 1) for r in reqs]))
+    assert cm.decode_seconds(2, sum(r.computed_tokens + 1 for r in reqs), 0) == pytest.approx(one.seconds, rel=1e-12)
+
+
 def test_attention_for_one_step_and_for_many_steps_is_bit_identical(tiny_model, round_gpu):
     """step_cost prices attention with attention_part (C doubles once compiled), the step records
     with attention_arrays (numpy): each entry of the arrays has attention_part's bits, with
     sliding layers, quantised KV and per-sequence kernel costs in play."""
-    gpu = round_gpu.model_copy(update={"overhead": round_gpu.overhead.model_copy(update={"attention_seq_s": 3e-8})})
+    gpu = _half_keys(round_gpu.model_copy(update={"overhead": round_gpu.overhead.model_copy(
+        update={"attention_seq_s": 3e-8})}), 220.0)
     model = ModelSpec(**dict(TINY_MODEL, num_layers=4, layers={"full": 1, "sliding": 3}, sliding_window_tokens=300))
     cm = CostModel(model, gpu, FP16, get_format("q8_0"))
     assert cm.window and cm.kv_sliding_bytes and cm.attention_seq_s and cm.dequant_flops_per_value
+    assert cm.attention_token_s
     rng = np.random.default_rng(2)
     cols = [rng.integers(0, 10**7, size=300) for _ in range(4)] + [rng.integers(1, 4096, size=300),
                                                                    rng.integers(1, 256, size=300)]

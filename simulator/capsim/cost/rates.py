@@ -34,7 +34,8 @@ class Rates:
     eta_gemm: float  # large-GEMM share of gemm_peak_flops, for the weights' compute dtype
     half_tokens: float  # GEMM ramp: eta(M) = eta_gemm * M / (M + half_tokens) ...
     ramp_from_tokens: float  # ... for M at or above this; below it eta keeps its value here
-    eta_attn_fl: float  # prefill attention share of attn_peak_flops
+    eta_attn_fl: float  # prefill attention share of attn_peak_flops (long contexts) ...
+    attention_half_keys: float  # ... each new token's row costing as much as this many more keys
     gemm_peak_flops: float
     attn_peak_flops: float
     vector_flops: float
@@ -114,6 +115,7 @@ def realistic_rates(hardware: HardwareProfile, engine: EngineProfile | None, wei
         half_tokens=eff.compute_half_tokens,
         ramp_from_tokens=eff.compute_ramp_from_tokens,
         eta_attn_fl=_eff(eff.attention_compute or eff.compute, k.attention_compute if k else 1.0),
+        attention_half_keys=eff.attention_half_keys,
         gemm_peak_flops=hardware.peak_for(_gemm_dtype(engine, weights)),
         attn_peak_flops=hardware.peak_for("fp16"),
         vector_flops=hardware.peak_flops.get("fp32", hardware.peak_flops["fp16"] / 4),

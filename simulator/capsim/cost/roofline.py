@@ -5,7 +5,8 @@ fixed times:
   GEMMs:       p-norm of weight bytes / (eta_bw * BW) and matmul FLOPs / (eta_fl(T) * peak[dtype])
                (eta_bw: GEMV share; p = decode_runs.GEMM_OVERLAP_NORM; document mode: their max)
   attention:   max(KV (+ score) bytes / (eta_attn * BW),
-                   attention FLOPs / (eta_attn_fl * peak) + dequant work + per-sequence cost)
+                   attention FLOPs / (eta_attn_fl * peak) + dequant work + per-sequence cost
+                   + per-new-token row cost)
   elementwise: activation bytes per token x T / (eta_stream_bw * BW)
   fixed:       host time per step and sequence + per-layer kernel times + TP all-reduces
 The GEMM, elementwise and fixed parts depend only on the token count T (and the sequence count);
@@ -86,6 +87,7 @@ class CostModel(DecodeRuns):
     attention_layers: int
     ramp_from_tokens: float
     eta_stream_bw: float
+    attention_token_s: float
 
     def __init__(
         self,
@@ -176,6 +178,11 @@ class CostModel(DecodeRuns):
         scores = (self.rates.score_bytes_per_pair if self.rates else 0.0) * model.num_heads / tp
         self.score_bytes_full, self.score_bytes_sliding = scores * counts.full, scores * counts.sliding
         self.dequant_flops_per_value = kv_cache.dequant_flops_per_value
+        # A new token's row costs as much as `attention_half_keys` more keys, in every attention
+        # layer (realistic and bare-GPU modes; document mode prices no attention).
+        half_keys = self.rates.attention_half_keys if self.rates is not None else 0.0
+        self.attention_token_s = (half_keys * (self.attn_flops_full + self.attn_flops_sliding)
+                                  / (self.eta_attn_fl * self.attn_peak))
         seq_s = self.rates.attention_seq_s if self.rates is not None and self.mode == "realistic" else 0.0
         kv_heads = 1.0 if model.mla else max(1.0, model.num_kv_heads / tp)
         self.attention_seq_s = seq_s * kv_heads * self.attention_layers  # per sequence, all layers
@@ -263,8 +270,9 @@ class CostModel(DecodeRuns):
 
         ctx_*: context positions read from the cache, summed over sequences (each read once per KV
         head, or once per query head when the engine's kernel has no GQA reuse); pairs_*: (new token,
-        attended position) pairs, summed. The kernels' fixed cost per sequence and layer sits on
-        the compute side: it overlaps with streaming a long context and shows with short ones.
+        attended position) pairs, summed. The kernels' fixed cost per sequence and layer, and each
+        new token's row cost (attention_token_s: the ramp of Efficiency.attention_half_keys), sit on
+        the compute side: they overlap with streaming a long context and show with short ones.
         attention_arrays is the same expression over numpy arrays of steps: keep the two identical
         (tests/cost/test_roofline.py compares their bits).
         """
@@ -277,7 +285,7 @@ class CostModel(DecodeRuns):
         values_read = self.kv_values_full * ctx_full + self.kv_values_sliding * ctx_sliding
         dequant = self.dequant_flops_per_value * values_read
         compute_s = flops / (self.eta_attn_fl * self.attn_peak) + dequant / (self.eta_attn_fl * self.vector_peak)
-        compute_s = compute_s + self.attention_seq_s * num_seqs
+        compute_s = compute_s + self.attention_seq_s * num_seqs + self.attention_token_s * num_tokens
         return compute_s, byts / (self.eta_attn_bw * self.bandwidth), flops + dequant, byts
 
     def attention_arrays(self, ctx_full: np.ndarray, ctx_sliding: np.ndarray, pairs_full: np.ndarray,
@@ -294,7 +302,7 @@ class CostModel(DecodeRuns):
         values_read = self.kv_values_full * ctx_full + self.kv_values_sliding * ctx_sliding
         dequant = self.dequant_flops_per_value * values_read
         compute_s = flops / (self.eta_attn_fl * self.attn_peak) + dequant / (self.eta_attn_fl * self.vector_peak)
-        compute_s = compute_s + self.attention_seq_s * num_seqs
+        compute_s = compute_s + self.attention_seq_s * num_seqs + self.attention_token_s * num_tokens
         return compute_s, byts / (self.eta_attn_bw * self.bandwidth), flops + dequant, byts
 
     # ---------------------------------------------------------------- whole steps

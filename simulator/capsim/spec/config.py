@@ -101,9 +101,11 @@ class Efficiency(Frozen):
     attention_bandwidth: float | None = Field(
         None, ge=L.MIN_EFFICIENCY, le=1, description="bandwidth efficiency of paged-attention KV reads (default: bandwidth)"
     )
-    attention_compute: float | None = Field(
-        None, ge=L.MIN_EFFICIENCY, le=1, description="achieved / peak fp16 FLOPS of prefill attention (default: compute)"
-    )
+    attention_compute: float | None = Field(None, ge=L.MIN_EFFICIENCY, le=1, description="achieved / peak fp16 "
+                                            "FLOPS of prefill attention over long contexts (default: compute)")
+    attention_half_keys: float = Field(0.0, ge=0, le=L.MAX_TOKENS, description="each new token's attention row "
+                                       "costs as much as this many more keys: a token attending K keys runs at "
+                                       "attention_compute * K / (K + this); 0 = flat")
 
     def compute_for(self, dtype: str) -> float:
         """The large-GEMM share of the peak for GEMMs computed in this dtype."""
