@@ -137,3 +137,30 @@ def test_fit_rows_groups_families_and_skips_failed_rows():
     fits = fit_rows(rows + fp8)
     assert set(fits) == {"decode.triton.bf16", "decode.triton.fp8", "gemm.bf16"}
     assert fits["decode.triton.bf16"].n_points == 20
+
+
+def prefill_rows(a_s: float, eta: float, half_keys: float, noise: float = 0.0, seed: int = 0) -> list[dict]:
+    """Causal prefill rows as the harness records them (FLOPs count n(n+1)/2 pairs per head),
+    timed by t = a + FLOPs / (eta x PEAK) + each query row's cost of `half_keys` more keys."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for n, batch, hq in itertools.product((256, 512, 1024, 2048, 4096, 8192, 16384), (1, 4), (32, 64)):
+        pairs, d = n * (n + 1) / 2, 128
+        flops = 4.0 * batch * hq * d * pairs
+        t = a_s + (flops + 4.0 * half_keys * batch * n * hq * d) / (eta * PEAK)
+        rows.append({"family": "prefill", "batch": batch, "context_tokens": n, "q_heads": hq, "kv_heads": 8,
+                     "head_dim": d, "flops": flops, "bytes": batch * n * d * (2 * hq + 16) * 2.0,
+                     "time_s": t * (1 + noise * rng.standard_normal())})
+    return rows
+
+
+def test_prefill_fit_recovers_the_attention_share_and_the_row_cost_in_keys():
+    # hand check of one row: 1 x 32 heads x 256 tokens, 220 keys per row on top of 128.5 mean keys
+    row = prefill_rows(9e-6, 0.65, 220.0)[0]
+    assert row["time_s"] == pytest.approx(9e-6 + 4 * 128 * 32 * 256 * (128.5 + 220) / (0.65 * PEAK))
+    fit = fit_family(prefill_rows(9e-6, 0.65, 220.0), "prefill", kind="prefill", groups=("context_tokens",))
+    assert fit.model.form == "rows" and fit.rejected.keys() == {"roofline"}
+    assert 1 / (fit.model.s_f * PEAK) == pytest.approx(0.65, rel=1e-6)
+    assert fit.model.half_keys() == pytest.approx(220.0, rel=1e-6) and fit.model.a == pytest.approx(9e-6, rel=1e-6)
+    noisy = fit_family(prefill_rows(9e-6, 0.65, 220.0, noise=0.03), "prefill", kind="prefill", groups=())
+    assert noisy.model.half_keys() == pytest.approx(220.0, rel=0.15) and noisy.mape_pct["kfold"] < 5

@@ -18,7 +18,8 @@ def _fits():
                                    {"train": 2.0, "kfold": 3.0, "logo_batch": 4.0}),
         "gemm.bf16": FamilyFit("gemm.bf16", Model("roofline", 4e-6, 1 / (0.9 * BW), 1 / (0.65 * PEAK), 128.0), 96,
                                {"train": 5.0, "kfold": 6.0, "logo_m": 9.0}, {"additive": 20.0}),
-        "prefill": FamilyFit("prefill", Model("roofline", 1e-5, 0.0, 1 / (0.5 * PEAK)), 20, {"kfold": 7.0}),
+        "prefill": FamilyFit("prefill", Model("rows", 1e-5, 0.0, 1 / (0.5 * PEAK), 0.0, 4 * 200 / (0.5 * PEAK)), 20,
+                             {"kfold": 7.0}),
     }
 
 
@@ -41,6 +42,10 @@ def test_fit_maps_onto_the_profile_fields():
     assert eff["bandwidth"] == pytest.approx(0.9, rel=1e-3)
     assert eff["compute"] == pytest.approx(0.65, rel=1e-3)
     assert eff["compute_half_tokens"] == 128.0
+    # prefill attention: 1/s_f of the fp16 peak, and the row cost s_r in keys, s_r / (4 s_f) = 200
+    assert eff["attention_compute"] == pytest.approx(0.5, rel=1e-3)
+    assert eff["attention_half_keys"] == pytest.approx(200.0)
+    assert p["calibration"]["fit"]["prefill.half_keys"] == pytest.approx(200.0)
     assert p["overhead"]["layer_s"] == pytest.approx(8e-6 + prof.GEMMS_PER_LAYER * 4e-6)
     assert p["memory_bandwidth_bytes_per_s"] == BW  # datasheet numbers kept from the catalogue
 

@@ -5,7 +5,10 @@
     additive   t = a + bytes * s_b + flops_eff * s_f
     roofline   t = a + max(bytes * s_b, flops_eff * s_f)
   with flops_eff = flops * (M + h) / M, the simulator's GEMM ramp eff(M) = compute * M / (M + h),
-  h chosen on a grid (GEMMs only; prefill has h = 0).
+  h chosen on a grid (GEMMs only; prefill has h = 0). Prefill's candidates are roofline and
+    rows       t = a + flops * s_f + rows * s_r
+  rows = batch x new tokens x query heads x head dim: each new token's row costs as much as
+  s_r / (4 s_f) more attended keys (the simulator's Efficiency.attention_half_keys).
 
 All coefficients are non-negative (exact NNLS). Errors are MAPE in percent: on the training points,
 5-fold cross-validated, and leave-one-group-out for each grouping (context, batch, M).
@@ -48,20 +51,26 @@ def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Model:
-    """A fitted form: coefficients a (s), s_b (s/byte), s_f (s/FLOP), h (ramp tokens)."""
+    """A fitted form: coefficients a (s), s_b (s/byte), s_f (s/FLOP), h (ramp tokens), s_r (s per
+    query row and head dimension)."""
 
-    form: str  # "linear" (decode), "additive" or "roofline"
+    form: str  # "linear" (decode), "additive", "roofline" or "rows" (prefill)
     a: float
     s_b: float
     s_f: float = 0.0
     h: float = 0.0
+    s_r: float = 0.0
 
     def predict(self, pts: dict[str, np.ndarray]) -> np.ndarray:
         mem = pts["bytes"] * self.s_b
         comp = _flops_eff(pts, self.h) * self.s_f
         if self.form == "roofline":
             return self.a + np.maximum(mem, comp)
-        return self.a + mem + comp
+        return self.a + mem + comp + pts["rows"] * self.s_r
+
+    def half_keys(self) -> float:
+        """The attended keys one query row's own cost equals (rows form; 0 otherwise)."""
+        return self.s_r / (4.0 * self.s_f) if self.s_r > 0 and self.s_f > 0 else 0.0
 
 
 def _flops_eff(pts: dict[str, np.ndarray], h: float) -> np.ndarray:
@@ -83,6 +92,13 @@ def _fit_additive(pts: dict[str, np.ndarray], h: float) -> Model:
     a_mat = np.column_stack([w, pts["bytes"] * w, _flops_eff(pts, h) * w])
     coef = nnls(a_mat, np.ones_like(w))
     return Model("additive", float(coef[0]), float(coef[1]), float(coef[2]), h)
+
+
+def fit_rows_form(pts: dict[str, np.ndarray]) -> Model:
+    """Prefill: t = a + flops * s_f + rows * s_r, NNLS on rows divided by t (relative error)."""
+    w = 1.0 / pts["t"]
+    coef = nnls(np.column_stack([w, pts["flops"] * w, pts["rows"] * w]), np.ones_like(w))
+    return Model("rows", float(coef[0]), 0.0, float(coef[1]), 0.0, float(coef[2]))
 
 
 def _fit_roofline(pts: dict[str, np.ndarray], h: float, start: Model) -> Model:
@@ -133,7 +149,15 @@ def to_arrays(rows: Sequence[dict]) -> dict[str, np.ndarray]:
     cols = {"t": "time_s", "bytes": "bytes", "flops": "flops", "context_tokens": "context_tokens", "batch": "batch"}
     out = {name: np.array([float(r.get(key) or 0.0) for r in rows]) for name, key in cols.items()}
     out["m"] = np.array([float(r.get("m_run") or r.get("m") or 0.0) for r in rows])  # rows really multiplied
+    out["rows"] = np.array([_query_rows(r) for r in rows])
     return out
+
+
+def _query_rows(row: dict) -> float:
+    """A prefill row's new tokens x query heads x head dim (0 for other families)."""
+    if row.get("family") != "prefill":
+        return 0.0
+    return float(row["batch"]) * float(row["context_tokens"]) * float(row["q_heads"]) * float(row["head_dim"])
 
 
 def _subset(pts: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
@@ -193,7 +217,11 @@ def fit_family(rows: Sequence[dict], family: str, *, kind: str, groups: Sequence
         fitters = {"linear": fit_linear}
     else:
         h_grid = H_GRID if kind == "gemm" else (0.0,)
-        fitters = {form: (lambda p, f=form: fit_form(p, f, h_grid)) for form in ("additive", "roofline")}
+        # Prefill's additive form is the rows form with QKV-and-output bytes in place of rows (the
+        # same model up to the GQA ratio); the rows form is the one the simulator has a field for.
+        forms = ("roofline", "rows") if kind == "prefill" else ("additive", "roofline")
+        fitters = {form: (fit_rows_form if form == "rows" else (lambda p, f=form: fit_form(p, f, h_grid)))
+                   for form in forms}
     cv = {form: kfold_mape(pts, fitter) for form, fitter in fitters.items()}
     best = min(fitters, key=lambda f: (cv[f] if cv[f] is not None else 0.0, f != "roofline"))
     fitter = fitters[best]

@@ -143,6 +143,8 @@ def fit_numbers(fits: dict[str, FamilyFit], micro: dict[str, float]) -> dict[str
             out[f"{name}.flops_per_s"] = 1.0 / m.s_f
         if name.startswith("gemm"):
             out[f"{name}.half_tokens"] = m.h
+        if m.s_r > 0:
+            out[f"{name}.half_keys"] = m.half_keys()
         out[f"{name}.points"] = float(f.n_points)
     return out
 
@@ -177,6 +179,12 @@ def build_profile(base: dict, fits: dict[str, FamilyFit], micro: dict[str, float
     eff.update({k: v for k, v in updates.items() if v is not None})
     if gemm is not None:
         eff["compute_half_tokens"] = float(min(gemm.model.h, MAX_TOKENS))
+    prefill = fits.get("prefill")
+    if prefill is not None and prefill.model.s_f > 0:
+        share = _share(1.0 / prefill.model.s_f, float(peaks.get("fp16") or peak))  # the attention peak capsim uses
+        if share is not None:
+            eff["attention_compute"] = share
+            eff["attention_half_keys"] = float(min(prefill.model.half_keys(), MAX_TOKENS))
     attention_call_s = decode.model.a if decode else micro.get("launch_s", 0.0)
     layer_s = attention_call_s + GEMMS_PER_LAYER * (gemm.model.a if gemm else 0.0)
     overhead = {**(base.get("overhead") or {}), "layer_s": float(layer_s)}
@@ -196,16 +204,15 @@ def _calibrated_sources(backend: str, dtype: str) -> dict[str, str]:
         "efficiency": f"{how}: attention_bandwidth = 1/s of decode t = a + kv_bytes*s ({backend} backend, "
                       f"{dtype} KV); "
                       f"bandwidth = GEMV (small-M {dtype} GEMM) bandwidth; compute, compute_half_tokens = "
-                      f"{dtype} GEMM fit t = a + max(bytes*s_b, flops*(M+h)/M*s_f); all / the datasheet ceilings",
+                      f"{dtype} GEMM fit t = a + max(bytes*s_b, flops*(M+h)/M*s_f); attention_compute, "
+                      f"attention_half_keys = causal prefill-attention (SDPA) fit t = a + flops*s_f + rows*s_r "
+                      f"(half keys = s_r / 4 s_f; when that form fits best); all / the datasheet ceilings",
         "overhead": f"{how}: layer_s = decode-attention intercept + {GEMMS_PER_LAYER} x GEMM intercept",
     }
 
 
 def _notes(fits: dict[str, FamilyFit], dtype: str) -> str:
     parts = ["mape values are percent (kfold = 5-fold cross-validated; logo_X = leave one X out)."]
-    if "prefill" in fits:
-        parts.append("The profile schema has no field for prefill-attention compute efficiency: it is kept in "
-                     "calibration.fit as prefill.flops_per_s.")
     for name, f in fits.items():
         if f.rejected:
             other = ", ".join(f"{k} {v:.1f}%" for k, v in f.rejected.items())
