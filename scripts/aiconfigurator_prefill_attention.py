@@ -1,0 +1,89 @@
+"""capsim's prefill-attention form fitted to the serving engines' own prefill-attention kernels, as NVIDIA's
+per-operator database measured them (ai-dynamo/aiconfigurator, context_attention_perf.parquet): the
+hardware profiles' `attention_compute` and `attention_half_keys` (docs/cost-model.md, "Measured operators").
+
+    python scripts/aiconfigurator_prefill_attention.py --aiconfigurator PATH/aic-core/src/aiconfigurator_core/systems/data
+
+Each file times one layer's causal prefill attention of `batch_size` fresh prompts of `isl` tokens (latency
+in ms), per engine release. capsim prices it (capsim.cost.roofline attention_part) as FLOPs / (eta x peak)
+plus each new token's row costing as much as `half_keys` more keys, here with an intercept per call:
+    t = a + FLOPs * s_f + rows * s_r,  FLOPs = 4 x heads x 128 x isl (isl + 1) / 2 x batch,
+    rows = batch x isl x heads x 128,  eta = 1 / (s_f x fp16 peak),  half_keys = s_r / (4 s_f)
+(capsim.harness.fit.fit_rows_form, relative least squares), over the Llama-3 head shapes (32 or 64 query heads,
+8 KV heads, head size 128), bf16, prompts of 128 tokens and more. A kernel whose times imply more than the
+peak at any point does less work than a causal prefill and is left out, with the reason.
+Each kernel a file times (its kernel_source) is fitted on its own; the profile value per GPU is the median
+over the kernels kept. Reading parquet needs pyarrow.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from capsim.harness.fit import fit_rows_form, mape_pct
+
+# fp16/bf16 dense tensor peaks with fp32 accumulation, as the hardware profiles carry them
+PEAK = {"a100_sxm": 312e12, "h100_sxm": 989.4e12, "h200_sxm": 989.5e12, "b200_sxm": 2.25e15, "l40s": 362.05e12}
+PROFILE = {"a100_sxm": "a100-80g", "h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "l40s": "l40s"}
+HEADS = ((32, 8), (64, 8))
+HEAD_DIM = 128
+MIN_ISL = 128
+DTYPES = ("bfloat16", "float16")  # attention computed and KV cache stored in 16 bits
+
+
+def points(d: pd.DataFrame) -> pd.DataFrame:
+    keep = (d.head_dim == HEAD_DIM) & (d.isl >= MIN_ISL)
+    keep &= pd.Series(list(zip(d.num_heads, d.num_key_value_heads)), index=d.index).isin(HEADS)
+    d = d[keep].groupby(["batch_size", "isl", "num_heads"], as_index=False).latency.median()
+    n, b, h = d.isl.to_numpy(float), d.batch_size.to_numpy(float), d.num_heads.to_numpy(float)
+    return pd.DataFrame({"t": d.latency.to_numpy(float) * 1e-3, "flops": 4.0 * h * HEAD_DIM * n * (n + 1) / 2 * b,
+                         "rows": b * n * h * HEAD_DIM, "isl": n})
+
+
+def fit_set(d: pd.DataFrame, peak: float) -> dict:
+    pts = points(d)
+    row = {"points": len(pts)}
+    if len(pts) < 4:
+        return {**row, "left_out": "fewer than 4 points"}
+    top = float((pts.flops / pts.t).max() / peak)
+    if top > 1.0:
+        return {**row, "left_out": f"implies {top:.2f} of the peak"}
+    arrays = {k: pts[k].to_numpy() for k in ("t", "flops", "rows")} | {"bytes": np.zeros(len(pts))}
+    model = fit_rows_form(arrays)
+    if model.s_f <= 0:
+        return {**row, "left_out": "no FLOP term in the fit"}
+    return {**row, "eta": 1.0 / (model.s_f * peak), "half_keys": model.half_keys(), "a_us": model.a * 1e6,
+            "mape_pct": mape_pct(model, arrays)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--aiconfigurator", type=Path, required=True,
+                        help="aiconfigurator's aic-core/src/aiconfigurator_core/systems/data")
+    data = parser.parse_args().aiconfigurator
+    rows = []
+    for gpu, peak in PEAK.items():
+        for path in sorted(data.glob(f"{gpu}/attention/*/*/context_attention_perf.parquet")):
+            d = pd.read_parquet(path)
+            d = d[d.attn_dtype.isin(DTYPES) & d.kv_cache_dtype.isin(DTYPES)]
+            for kernel, one in d.groupby("kernel_source"):
+                rows.append({"gpu": gpu, "framework": path.parts[-3], "version": path.parts[-2], "kernel": kernel,
+                             **fit_set(one, peak)})
+    table = pd.DataFrame(rows)
+    pd.set_option("display.width", 200)
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    kept = table[table.get("left_out").isna()] if "left_out" in table else table
+    print("\nmedian over the kernels kept (the profile values):")
+    for gpu, group in kept.groupby("gpu", sort=False):
+        print(f"  {PROFILE[gpu]}: attention_compute {group.eta.median():.3f}, attention_half_keys "
+              f"{group.half_keys.median():.0f} ({len(group)} kernels; eta {group.eta.min():.2f}-{group.eta.max():.2f}, "
+              f"half keys {group.half_keys.min():.0f}-{group.half_keys.max():.0f}, "
+              f"MAPE {group.mape_pct.min():.1f}-{group.mape_pct.max():.1f}%)")
+
+
+if __name__ == "__main__":
+    main()
