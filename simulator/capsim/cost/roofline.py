@@ -87,7 +87,6 @@ class CostModel(DecodeRuns):
     attention_layers: int
     ramp_from_tokens: float
     eta_stream_bw: float
-    attention_token_s: float
 
     def __init__(
         self,
