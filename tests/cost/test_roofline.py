@@ -160,21 +160,24 @@ def test_prefill_attention_ramps_with_the_keys_each_new_token_attends(tiny_model
     # 4000 attention FLOPs per pair at 100 TFLOPS; a row worth 500 keys costs 500 x 4000 / 100e12 = 20 ns.
     cm, flat = _cm(tiny_model, _half_keys(round_gpu, 500)), _cm(tiny_model, round_gpu)
     assert cm.attention_token_s == pytest.approx(20e-9)
-    # 1000 fresh tokens attend 500.5 keys each on average: 20.02 us of pairs + 1000 rows x 20 ns
-    # (about half the long-context rate); the flat profile prices the pairs alone.
-    assert cm.attention_part(1000.0, 0.0, 500_500.0, 0.0, 1000)[0] == pytest.approx(20.02e-6 + 20e-6, rel=1e-12)
-    assert flat.attention_part(1000.0, 0.0, 500_500.0, 0.0, 1000)[0] == pytest.approx(20.02e-6, rel=1e-12)
+    # 1000 fresh prompt tokens attend 500.5 keys each on average: 20.02 us of pairs + 1000 rows x
+    # 20 ns (about half the long-context rate); the flat profile prices the pairs alone.
+    assert cm.attention_part(1000.0, 0.0, 500_500.0, 0.0, 1000, 1, 1000)[0] == pytest.approx(40.02e-6, rel=1e-12)
+    assert flat.attention_part(1000.0, 0.0, 500_500.0, 0.0, 1000, 1, 1000)[0] == pytest.approx(20.02e-6, rel=1e-12)
     # a 1000-token chunk after 99,000 cached attends ~99,500 keys each: the rows add 0.5%
-    long_chunk = cm.attention_part(100_000.0, 0.0, 1000 * 99_000 + 500_500.0, 0.0, 1000)[0]
-    assert long_chunk / flat.attention_part(100_000.0, 0.0, 1000 * 99_000 + 500_500.0, 0.0, 1000)[0] == \
-        pytest.approx(1 + 20e-6 / 3980.02e-6, rel=1e-9)
-    # the whole step adds the rows to the attention compute side
+    pairs = 1000 * 99_000 + 500_500.0
+    assert cm.attention_part(100_000.0, 0.0, pairs, 0.0, 1000, 1, 1000)[0] == pytest.approx(3980.02e-6 + 20e-6)
+    # a whole step: its prompt tokens' rows join the attention compute side
     step = cm.step_cost(_plan((make_request(1000, 5), 1000)))
     assert step.seconds == pytest.approx(flat.step_cost(_plan((make_request(1000, 5), 1000))).seconds + 20e-6, rel=1e-12)
-    # decode steps, priced through the per-batch coefficients, add the same per-token cost
+    # decoding tokens pay none (their rows are in the decode kernel's per-sequence cost): a decode
+    # step, a mixed step's decode and the per-batch decode coefficients price as the flat profile
     reqs = [decoding(500, 50), decoding(2000, 50)]
     one = cm.step_cost(_plan(*[(r, 1) for r in reqs]))
+    assert one.seconds == flat.step_cost(_plan(*[(r, 1) for r in reqs])).seconds
     assert cm.decode_seconds(2, sum(r.computed_tokens + 1 for r in reqs), 0) == pytest.approx(one.seconds, rel=1e-12)
+    mixed = _plan((decoding(500, 50), 1), (make_request(1000, 5), 1000))
+    assert cm.step_cost(mixed).seconds == pytest.approx(flat.step_cost(mixed).seconds + 20e-6, rel=1e-12)
 
 
 def test_attention_for_one_step_and_for_many_steps_is_bit_identical(tiny_model, round_gpu):

@@ -136,8 +136,7 @@ class DecodeRuns:
         later = n * q * (q - 1) // 2  # verified drafts attend 1, 2, ... positions more than the first
         return (q * self.attn_flops_full / fl + dq * self.kv_values_full / vec,
                 q * self.attn_flops_sliding / fl + dq * self.kv_values_sliding / vec,
-                (base + self.attention_seq_s * n + self.attention_token_s * (n * q)
-                 + later * (self.attn_flops_full + self.attn_flops_sliding) / fl),
+                base + self.attention_seq_s * n + later * (self.attn_flops_full + self.attn_flops_sliding) / fl,
                 (self.kv_read_full_bytes + q * self.score_bytes_full) / bw,
                 (self.kv_read_sliding_bytes + q * self.score_bytes_sliding) / bw,
                 (self.kv_full_bytes + self.kv_sliding_bytes) * n * q / bw + base)

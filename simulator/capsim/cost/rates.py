@@ -35,7 +35,7 @@ class Rates:
     half_tokens: float  # GEMM ramp: eta(M) = eta_gemm * M / (M + half_tokens) ...
     ramp_from_tokens: float  # ... for M at or above this; below it eta keeps its value here
     eta_attn_fl: float  # prefill attention share of attn_peak_flops (long contexts) ...
-    attention_half_keys: float  # ... each new token's row costing as much as this many more keys
+    attention_half_keys: float  # ... each prompt token's row costing as much as this many more keys
     gemm_peak_flops: float
     attn_peak_flops: float
     vector_flops: float

@@ -6,7 +6,7 @@ fixed times:
                (eta_bw: GEMV share; p = decode_runs.GEMM_OVERLAP_NORM; document mode: their max)
   attention:   max(KV (+ score) bytes / (eta_attn * BW),
                    attention FLOPs / (eta_attn_fl * peak) + dequant work + per-sequence cost
-                   + per-new-token row cost)
+                   + per-prompt-token row cost)
   elementwise: activation bytes per token x T / (eta_stream_bw * BW)
   fixed:       host time per step and sequence + per-layer kernel times + TP all-reduces
 The GEMM, elementwise and fixed parts depend only on the token count T (and the sequence count);
@@ -177,7 +177,7 @@ class CostModel(DecodeRuns):
         scores = (self.rates.score_bytes_per_pair if self.rates else 0.0) * model.num_heads / tp
         self.score_bytes_full, self.score_bytes_sliding = scores * counts.full, scores * counts.sliding
         self.dequant_flops_per_value = kv_cache.dequant_flops_per_value
-        # A new token's row costs as much as `attention_half_keys` more keys, in every attention
+        # A prompt token's row costs as much as `attention_half_keys` more keys, in every attention
         # layer (realistic and bare-GPU modes; document mode prices no attention).
         half_keys = self.rates.attention_half_keys if self.rates is not None else 0.0
         self.attention_token_s = (half_keys * (self.attn_flops_full + self.attn_flops_sliding)
@@ -264,14 +264,16 @@ class CostModel(DecodeRuns):
     # ---------------------------------------------------------------- attention part
 
     def attention_part(self, ctx_full: float, ctx_sliding: float, pairs_full: float, pairs_sliding: float,
-                       num_tokens: float, num_seqs: float = 0.0) -> tuple[float, float, float, float]:
+                       num_tokens: float, num_seqs: float = 0.0, prompt_tokens: float = 0.0
+                       ) -> tuple[float, float, float, float]:
         """(compute_s, memory_s, flops, bytes) of attention in one step.
 
         ctx_*: context positions read from the cache, summed over sequences (each read once per KV
         head, or once per query head when the engine's kernel has no GQA reuse); pairs_*: (new token,
         attended position) pairs, summed. The kernels' fixed cost per sequence and layer, and each
-        new token's row cost (attention_token_s: the ramp of Efficiency.attention_half_keys), sit on
-        the compute side: they overlap with streaming a long context and show with short ones.
+        prompt token's row cost (attention_token_s, the ramp of Efficiency.attention_half_keys; a
+        decoding token's is in the per-sequence cost), sit on the compute side: they overlap with
+        streaming a long context and show with short ones.
         attention_arrays is the same expression over numpy arrays of steps: keep the two identical
         (tests/cost/test_roofline.py compares their bits).
         """
@@ -284,13 +286,14 @@ class CostModel(DecodeRuns):
         values_read = self.kv_values_full * ctx_full + self.kv_values_sliding * ctx_sliding
         dequant = self.dequant_flops_per_value * values_read
         compute_s = flops / (self.eta_attn_fl * self.attn_peak) + dequant / (self.eta_attn_fl * self.vector_peak)
-        compute_s = compute_s + self.attention_seq_s * num_seqs + self.attention_token_s * num_tokens
+        compute_s = compute_s + self.attention_seq_s * num_seqs + self.attention_token_s * prompt_tokens
         return compute_s, byts / (self.eta_attn_bw * self.bandwidth), flops + dequant, byts
 
     def attention_arrays(self, ctx_full: np.ndarray, ctx_sliding: np.ndarray, pairs_full: np.ndarray,
                          pairs_sliding: np.ndarray, num_tokens: np.ndarray, num_seqs: np.ndarray) -> tuple:
-        """attention_part for many steps at once (numpy arrays, one entry per step): the same
-        operations in the same order, so each entry has the bits attention_part gives."""
+        """attention_part for many decode-only steps at once (numpy arrays, one entry per step; no
+        prompt tokens): the same operations in the same order, so each entry has the bits
+        attention_part gives."""
         if self.mode == "document":
             zero = ctx_full * 0.0
             return zero, zero, zero, zero
@@ -301,7 +304,7 @@ class CostModel(DecodeRuns):
         values_read = self.kv_values_full * ctx_full + self.kv_values_sliding * ctx_sliding
         dequant = self.dequant_flops_per_value * values_read
         compute_s = flops / (self.eta_attn_fl * self.attn_peak) + dequant / (self.eta_attn_fl * self.vector_peak)
-        compute_s = compute_s + self.attention_seq_s * num_seqs + self.attention_token_s * num_tokens
+        compute_s = compute_s + self.attention_seq_s * num_seqs
         return compute_s, byts / (self.eta_attn_bw * self.bandwidth), flops + dequant, byts
 
     # ---------------------------------------------------------------- whole steps
@@ -324,11 +327,14 @@ class CostModel(DecodeRuns):
             if self.draft is not None:  # the draft's passes for the decoding sequences
                 draft_s = self.draft_passes * self.draft.decode_seconds(plan.num_decodes, ctx_f, 0)
         w = self.window
+        prompt = 0  # tokens of prompts (or recomputed ones) in this step: the attention rows' own cost
         for req, n in zip(plan.scheduled, plan.new_tokens):
             c0 = req.computed_tokens
             c1 = c0 + n
             ctx_f += c1
             pairs_f += n * c0 + n * (n + 1) // 2
+            if not req.is_decoding:
+                prompt += n
             if w:
                 ctx_s += min(c1, w)
                 pairs_s += _capped_pairs(c0, n, w)
@@ -336,7 +342,7 @@ class CostModel(DecodeRuns):
                 logits += 1
         num_tokens = plan.num_tokens + plan.num_decodes * (q - 1)  # a decoder computes q tokens
         gc, gm, gf, gb = self.gemm_part(num_tokens, logits, plan.num_seqs)
-        ac, am, af, ab = self.attention_part(ctx_f, ctx_s, pairs_f, pairs_s, num_tokens, plan.num_seqs)
+        ac, am, af, ab = self.attention_part(ctx_f, ctx_s, pairs_f, pairs_s, num_tokens, plan.num_seqs, prompt)
         decode_only = plan.num_tokens == plan.num_seqs
         overhead, comm = self.fixed_seconds(num_tokens, plan.num_seqs, decode_only=decode_only)
         es, eb = self.elementwise_part(num_tokens)

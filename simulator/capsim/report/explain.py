@@ -34,11 +34,11 @@ def _bytes(x: float) -> str:
 
 
 def _rows(cm: CostModel, tokens: int) -> str:
-    """The per-new-token row cost of attention, where the GPU profile has one."""
+    """The per-prompt-token row cost of attention, where the GPU profile has one."""
     if not cm.attention_token_s:
         return ""
     half = cm.rates.attention_half_keys if cm.rates is not None else 0.0
-    return f" + {tokens:,} new tokens x {cm.attention_token_s * 1e6:.3g} us (each as {half:.0f} more keys)"
+    return f" + {tokens:,} prompt tokens x {cm.attention_token_s * 1e6:.3g} us (each as {half:.0f} more keys)"
 
 
 def decode_step(cm: CostModel, batch: int, context_tokens: int) -> Explained:
@@ -54,7 +54,7 @@ def prefill_chunk(cm: CostModel, tokens: int, context_tokens: int = 0) -> Explai
     """One sequence computing `tokens` prompt tokens after `context_tokens` cached ones."""
     pairs = tokens * context_tokens + tokens * (tokens + 1) / 2
     gc, gm, gf, gb = cm.gemm_part(tokens, 1, 1)
-    ac, am, af, ab = cm.attention_part(float(context_tokens + tokens), 0.0, pairs, 0.0, tokens, 1)
+    ac, am, af, ab = cm.attention_part(float(context_tokens + tokens), 0.0, pairs, 0.0, tokens, 1, tokens)
     title = f"prefill chunk: {tokens:,} prompt tokens after {context_tokens:,} cached"
     return _explain(cm, title, tokens, 1, False, (gc, gm, gf, gb), (ac, am, af, ab))
 
@@ -71,7 +71,7 @@ def _explain(cm: CostModel, title: str, tokens: int, seqs: int, decode_only: boo
         Term("GEMM FLOPs", gc, f"{gf / 1e12:.3g} TFLOP / ({cm.eta_fl:.2f} x {cm.peak / 1e12:.0f} TFLOPS x ramp {ramp:.2f}{held})"),
         Term("attention KV traffic", am, f"{_bytes(ab)} / ({cm.eta_attn_bw:.2f} x {_tb(cm.bandwidth)})"),
         Term("attention FLOPs", ac, f"{af / 1e12:.3g} TFLOP / ({cm.eta_attn_fl:.2f} x {cm.attn_peak / 1e12:.0f} TFLOPS)"
-             f" + {seqs} seqs x {cm.attention_seq_s * 1e6:.3g} us{_rows(cm, tokens)}"),
+             f" + {seqs} seqs x {cm.attention_seq_s * 1e6:.3g} us{'' if decode_only else _rows(cm, tokens)}"),
         Term("elementwise kernels", es, f"{_bytes(eb)} of norm/rope/activation traffic (engine profile)"),
         Term("fixed: host + kernels", overhead, _fixed_detail(cm, tokens, seqs, decode_only)),
         Term("all-reduce (TP)", comm, f"tp {cm.tp}: 2 per layer x {cm.model.num_layers} layers" if cm.tp > 1 else "tp 1: none"),

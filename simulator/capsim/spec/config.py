@@ -103,7 +103,7 @@ class Efficiency(Frozen):
     )
     attention_compute: float | None = Field(None, ge=L.MIN_EFFICIENCY, le=1, description="achieved / peak fp16 "
                                             "FLOPS of prefill attention over long contexts (default: compute)")
-    attention_half_keys: float = Field(0.0, ge=0, le=L.MAX_TOKENS, description="each new token's attention row "
+    attention_half_keys: float = Field(0.0, ge=0, le=L.MAX_TOKENS, description="each prompt token's attention row "
                                        "costs as much as this many more keys: a token attending K keys runs at "
                                        "attention_compute * K / (K + this); 0 = flat")
 
