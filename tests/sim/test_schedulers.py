@@ -100,6 +100,28 @@ def test_prefill_first_decodes_everyone_when_no_prompt_work_is_left():
     assert plan.decode_only and plan.repeat_steps >= 1
 
 
+@pytest.mark.parametrize("kind, admitted", [("prefill_first", False), ("chunked", True)])
+def test_prefill_first_admits_a_prompt_only_when_memory_holds_all_of_it(kind, admitted):
+    # 100 blocks of 16 tokens; a running request holds 50 (800 tokens). A 1,000-token prompt's
+    # first 100-token chunk needs 7 blocks, the whole prompt 63: SGLang's PrefillAdder checks the
+    # whole input against its budget, so prefill_first waits; vLLM-style chunked takes the chunk.
+    sched = make_scheduler(kind, max_num_batched_tokens=100, max_model_len=4096)
+    kv = make_paged(num_blocks=100, block_size=16)
+    holder = decoding(799, 500)
+    _hold(kv, holder)
+    assert kv.free_units == 50
+    plan = sched.schedule(deque([make_request(1000, 5)]), running_set(holder), kv)
+    assert bool(plan.admitted) is admitted
+    if not admitted:  # the queue is blocked on memory: the running request decodes meanwhile
+        assert plan.num_decodes == 1 and plan.wake_on_arrival is False
+    # with 63 blocks free the whole prompt fits, and only its first chunk is taken this step
+    small = make_paged(num_blocks=113, block_size=16)
+    _hold(small, decoding(799, 500))
+    plan = make_scheduler(kind, max_num_batched_tokens=100, max_model_len=4096).schedule(
+        deque([make_request(1000, 5)]), running_set(), small)
+    assert plan.new_tokens == [100]
+
+
 def test_prefill_first_decodes_when_the_queue_is_blocked():
     sched = make_scheduler("prefill_first", max_num_seqs=1, max_num_batched_tokens=100)
     decoder = decoding(10, 5)

@@ -114,11 +114,12 @@ class Scheduler:
         return free, budget
 
     def _admit(self, waiting, running: RunningSet, kv: Allocator, plan: StepPlan, free: int, budget: int,
-               whole_prompt: bool, seated: int | None = None) -> bool:
+               whole_prompt: bool, seated: int | None = None, room_for_prompt: bool = False) -> bool:
         """Admit waiting requests FCFS while seats, budget and memory allow (`seated`: seats taken
-        already; default the plan's sequences). Returns True when the queue ran out (so a new
-        arrival could be admitted next step), False when admission is blocked (a new arrival would
-        only queue behind)."""
+        already; default the plan's sequences; `room_for_prompt`: memory must hold the request's
+        whole remaining prompt, though only this step's chunk is taken). Returns True when the
+        queue ran out (so a new arrival could be admitted next step), False when admission is
+        blocked (a new arrival would only queue behind)."""
         if waiting and self._between_schedules(running):
             return False  # mid multi-step window: nobody joins until the boundary
         seqs = plan.num_seqs if seated is None else seated
@@ -136,7 +137,8 @@ class Scheduler:
             if n <= 0 or n > budget:
                 return False
             need = kv.admission_units(req, start + n, hits, revived) + kv.fork_units(req, start + n)
-            if free - need < kv.watermark_units:
+            room = kv.admission_units(req, req.known_tokens, hits, revived) if room_for_prompt else need
+            if free - max(need, room) < kv.watermark_units:
                 return False
             plan.admitted.append(req)
             plan.cached_blocks.append(hits)
@@ -197,7 +199,10 @@ class ChunkedPrefillScheduler(ContinuousScheduler):
 
 
 class PrefillFirstScheduler(Scheduler):
-    """Chunked prefill in steps of their own: a step with prompt work carries no decodes."""
+    """Chunked prefill in steps of their own: a step with prompt work carries no decodes. A
+    waiting request is admitted only when memory holds its whole remaining prompt (SGLang's
+    PrefillAdder checks the full input against its token budget before cutting the first chunk),
+    so long prompts do not start prefills that memory cannot finish."""
 
     kind = "prefill_first"
 
@@ -217,7 +222,7 @@ class PrefillFirstScheduler(Scheduler):
         if waiting:
             # every running request keeps its seat, decoding in this step or not
             plan.wake_on_arrival = self._admit(waiting, running, kv, plan, free, budget, whole_prompt=False,
-                                               seated=len(running))
+                                               seated=len(running), room_for_prompt=True)
         if plan.scheduled:
             return plan
         # no prompt work fits: every running request decodes (preempting the newest when memory runs out)
