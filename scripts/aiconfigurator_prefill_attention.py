@@ -6,7 +6,7 @@ hardware profiles' `attention_compute` and `attention_half_keys` (docs/cost-mode
 
 Each file times one layer's causal prefill attention of `batch_size` fresh prompts of `isl` tokens (latency
 in ms), per engine release. capsim prices it (capsim.cost.roofline attention_part) as FLOPs / (eta x peak)
-plus each new token's row costing as much as `half_keys` more keys, here with an intercept per call:
+plus each prompt token's row costing as much as `half_keys` more keys, here with an intercept per call:
     t = a + FLOPs * s_f + rows * s_r,  FLOPs = 4 x heads x 128 x isl (isl + 1) / 2 x batch,
     rows = batch x isl x heads x 128,  eta = 1 / (s_f x fp16 peak),  half_keys = s_r / (4 s_f)
 (capsim.harness.fit.fit_rows_form, relative least squares), over the Llama-3 head shapes (32 or 64 query heads,
