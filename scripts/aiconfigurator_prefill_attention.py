@@ -60,11 +60,8 @@ def fit_set(d: pd.DataFrame, peak: float) -> dict:
             "mape_pct": mape_pct(model, arrays)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--aiconfigurator", type=Path, required=True,
-                        help="aiconfigurator's aic-core/src/aiconfigurator_core/systems/data")
-    data = parser.parse_args().aiconfigurator
+def fit_all(data: Path) -> pd.DataFrame:
+    """One row per (GPU, engine release, kernel): its fit, or why it was left out."""
     rows = []
     for gpu, peak in PEAK.items():
         for path in sorted(data.glob(f"{gpu}/attention/*/*/context_attention_perf.parquet")):
@@ -73,16 +70,32 @@ def main() -> None:
             for kernel, one in d.groupby("kernel_source"):
                 rows.append({"gpu": gpu, "framework": path.parts[-3], "version": path.parts[-2], "kernel": kernel,
                              **fit_set(one, peak)})
-    table = pd.DataFrame(rows)
+    return pd.DataFrame(rows)
+
+
+def profile_values(table: pd.DataFrame) -> dict[str, dict]:
+    """Per profile: the median share and the median row cost over the kernels kept (two medians)."""
+    kept = table[table["left_out"].isna()] if "left_out" in table else table
+    return {PROFILE[gpu]: {"attention_compute": float(g.eta.median()), "attention_half_keys": float(g.half_keys.median()),
+                           "kernels": len(g), "eta": (float(g.eta.min()), float(g.eta.max())),
+                           "half_keys": (float(g.half_keys.min()), float(g.half_keys.max())),
+                           "mape_pct": (float(g.mape_pct.min()), float(g.mape_pct.max()))}
+            for gpu, g in kept.groupby("gpu", sort=False)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--aiconfigurator", type=Path, required=True,
+                        help="aiconfigurator's aic-core/src/aiconfigurator_core/systems/data")
+    table = fit_all(parser.parse_args().aiconfigurator)
     pd.set_option("display.width", 200)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
-    kept = table[table.get("left_out").isna()] if "left_out" in table else table
     print("\nmedian over the kernels kept (the profile values):")
-    for gpu, group in kept.groupby("gpu", sort=False):
-        print(f"  {PROFILE[gpu]}: attention_compute {group.eta.median():.3f}, attention_half_keys "
-              f"{group.half_keys.median():.0f} ({len(group)} kernels; eta {group.eta.min():.2f}-{group.eta.max():.2f}, "
-              f"half keys {group.half_keys.min():.0f}-{group.half_keys.max():.0f}, "
-              f"MAPE {group.mape_pct.min():.1f}-{group.mape_pct.max():.1f}%)")
+    for name, v in profile_values(table).items():
+        print(f"  {name}: attention_compute {v['attention_compute']:.3f}, attention_half_keys "
+              f"{v['attention_half_keys']:.0f} ({v['kernels']} kernels; eta {v['eta'][0]:.2f}-{v['eta'][1]:.2f}, "
+              f"half keys {v['half_keys'][0]:.0f}-{v['half_keys'][1]:.0f}, "
+              f"MAPE {v['mape_pct'][0]:.1f}-{v['mape_pct'][1]:.1f}%)")
 
 
 if __name__ == "__main__":
