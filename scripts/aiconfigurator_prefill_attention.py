@@ -14,6 +14,14 @@ plus each prompt token's row costing as much as `half_keys` more keys, here with
 peak at any point does less work than a causal prefill and is left out, with the reason.
 Each kernel a file times (its kernel_source) is fitted on its own; the profile value per GPU is the median
 over the kernels kept. Reading parquet needs pyarrow.
+
+The RTX 5090 (GB202) is not in the database; the RTX PRO 6000 Blackwell Server (the same die) is. Its kernels
+give the 5090's values as a ratio: prefill attention runs at `attention_ratio` of the PRO 6000's large bf16
+GEMMs (the median over its gemm_perf.parquet files of M >= 4,096, N and K >= 4,096), and the 5090's large bf16
+GEMM was measured at 224.3 TFLOPS (main-horse.github.io/posts/5090-mm-perf, torch.matmul 16384 x 8192 x 1280);
+the 5090's share of its 209.5 TFLOPS datasheet peak is that ratio x 224.3 / 209.5. A ratio of two kernels on
+one die carries over where their absolute rates do not: the PRO 6000's GEMMs reach 0.85 of its tensor rate, the
+5090's 0.61 of the 370.6 TFLOPS its tensor cores were measured at (the same page, mmapeak).
 """
 
 from __future__ import annotations
@@ -26,9 +34,14 @@ import pandas as pd
 
 from capsim.harness.fit import fit_rows_form, mape_pct
 
-# fp16/bf16 dense tensor peaks with fp32 accumulation, as the hardware profiles carry them
-PEAK = {"a100_sxm": 312e12, "h100_sxm": 989.4e12, "h200_sxm": 989.5e12, "b200_sxm": 2.25e15, "l40s": 362.05e12}
-PROFILE = {"a100_sxm": "a100-80g", "h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "l40s": "l40s"}
+# fp16/bf16 dense tensor peaks with fp32 accumulation, as the hardware profiles carry them; the RTX PRO 6000's
+# is the one aiconfigurator's systems/rtx_pro_6000_server.yaml states (467.8 TFLOPS dense at 2,430 MHz)
+PEAK = {"a100_sxm": 312e12, "h100_sxm": 989.4e12, "h200_sxm": 989.5e12, "b200_sxm": 2.25e15, "l40s": 362.05e12,
+        "rtx_pro_6000_server": 467.8e12}
+PROFILE = {"a100_sxm": "a100-80g", "h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "l40s": "l40s",
+           "rtx_pro_6000_server": "rtx-pro-6000 (no capsim profile; the RTX 5090's source)"}
+RTX5090_GEMM_FLOPS, RTX5090_PEAK = 224.3e12, 209.5e12  # measured torch.matmul bf16; datasheet fp32-accumulate peak
+BIG_GEMM = 4096
 HEADS = ((32, 8), (64, 8))
 HEAD_DIM = 128
 MIN_ISL = 128
@@ -83,11 +96,29 @@ def profile_values(table: pd.DataFrame) -> dict[str, dict]:
             for gpu, g in kept.groupby("gpu", sort=False)}
 
 
+def gemm_rate(data: Path, gpu: str) -> float:
+    """Median achieved FLOP/s of the GPU's large bf16 GEMMs (M, N and K of BIG_GEMM or more), over every table."""
+    rates = []
+    for path in sorted(data.glob(f"{gpu}/gemm/*/*/gemm_perf.parquet")):
+        d = pd.read_parquet(path)
+        d = d[(d.gemm_dtype == "bfloat16") & (d.m >= BIG_GEMM) & (d.n >= BIG_GEMM) & (d.k >= BIG_GEMM)]
+        rates.extend(2.0 * d.m * d.n * d.k / (d.latency * 1e-3))
+    return float(np.median(rates)) if rates else float("nan")
+
+
+def rtx5090_values(pro6000: dict, pro6000_gemm_flops: float) -> dict:
+    """The RTX 5090's prefill-attention share of its datasheet peak, from the RTX PRO 6000's attention / GEMM ratio."""
+    ratio = pro6000["attention_compute"] * PEAK["rtx_pro_6000_server"] / pro6000_gemm_flops
+    return {"attention_ratio": ratio, "attention_compute": ratio * RTX5090_GEMM_FLOPS / RTX5090_PEAK,
+            "attention_half_keys": pro6000["attention_half_keys"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aiconfigurator", type=Path, required=True,
                         help="aiconfigurator's aic-core/src/aiconfigurator_core/systems/data")
-    table = fit_all(parser.parse_args().aiconfigurator)
+    data = parser.parse_args().aiconfigurator
+    table = fit_all(data)
     pd.set_option("display.width", 200)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     print("\nmedian over the kernels kept (the profile values):")
@@ -96,6 +127,13 @@ def main() -> None:
               f"{v['attention_half_keys']:.0f} ({v['kernels']} kernels; eta {v['eta'][0]:.2f}-{v['eta'][1]:.2f}, "
               f"half keys {v['half_keys'][0]:.0f}-{v['half_keys'][1]:.0f}, "
               f"MAPE {v['mape_pct'][0]:.1f}-{v['mape_pct'][1]:.1f}%)")
+    pro = profile_values(table).get(PROFILE["rtx_pro_6000_server"])
+    if pro is not None:
+        gemm = gemm_rate(data, "rtx_pro_6000_server")
+        v = rtx5090_values(pro, gemm)
+        print(f"\nRTX 5090 (GB202, from the RTX PRO 6000): large bf16 GEMMs {gemm / 1e12:.0f} TFLOPS there, attention "
+              f"{v['attention_ratio']:.3f} of that; x {RTX5090_GEMM_FLOPS / 1e12:.1f} / {RTX5090_PEAK / 1e12:.1f}: "
+              f"attention_compute {v['attention_compute']:.3f}, attention_half_keys {v['attention_half_keys']:.0f}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """scripts/aiconfigurator_prefill_attention.py, which chose the prefill-attention shares and row costs of the
 A100, H100, H200, B200 and L40S profiles from NVIDIA's per-operator database (docs/cost-model.md, "Measured
 operators"): on a folder laid out like that database, with latencies made from known parameters in capsim's
-form, it finds those parameters again, fits each kernel on its own and leaves out a kernel faster than the peak."""
+form, it finds those parameters again, fits each kernel on its own and leaves out a kernel faster than the peak;
+and it carries the RTX PRO 6000's attention / GEMM ratio over to the RTX 5090 as hand arithmetic does."""
 
 from __future__ import annotations
 
@@ -51,9 +52,30 @@ def test_the_fit_finds_the_share_and_row_cost_and_leaves_out_a_kernel_faster_tha
     assert (v["attention_compute"], v["attention_half_keys"]) == pytest.approx((SHARE, HALF_KEYS), rel=1e-6)
 
 
+def test_the_rtx5090_takes_the_pro_6000s_attention_to_gemm_ratio_times_its_own_measured_gemm(tmp_path):
+    pytest.importorskip("pyarrow")
+    script = script_module("aiconfigurator_prefill_attention")
+    folder = tmp_path / "rtx_pro_6000_server" / "gemm" / "vllm" / "9.9"
+    folder.mkdir(parents=True)
+    big, rate = 8192, 400e12  # large bf16 GEMMs at 400 TFLOPS; small ones and fp8 ones must not count
+    rows = [{"gemm_dtype": "bfloat16", "m": big, "n": big, "k": big, "latency": 2.0 * big**3 / rate * 1e3},
+            {"gemm_dtype": "bfloat16", "m": 16, "n": big, "k": big, "latency": 1.0},
+            {"gemm_dtype": "fp8", "m": big, "n": big, "k": big, "latency": 1e-6}]
+    pd.DataFrame(rows).to_parquet(folder / "gemm_perf.parquet")
+    assert script.gemm_rate(tmp_path, "rtx_pro_6000_server") == pytest.approx(rate)
+
+    # attention at 0.5 of the PRO 6000's stated 467.8 TFLOPS = 233.9 TFLOPS, 0.58475 of its 400 TFLOPS GEMMs;
+    # on the 5090: 0.58475 x 224.3 / 209.5 = 0.62605 of its datasheet peak
+    v = script.rtx5090_values({"attention_compute": 0.5, "attention_half_keys": 224.0}, rate)
+    assert v["attention_ratio"] == pytest.approx(0.58475)
+    assert v["attention_compute"] == pytest.approx(0.58475 * 224.3 / 209.5)
+    assert v["attention_half_keys"] == 224.0
+
+
 @pytest.mark.parametrize("gpu, share, keys", [("a100-80g", 0.62, 202), ("a100-40g", 0.62, 202),
                                               ("h100-sxm", 0.63, 525), ("h200", 0.61, 493),
-                                              ("b200", 0.54, 783), ("l40s", 0.56, 218), ("h100-pcie", 0.50, 525)])
+                                              ("b200", 0.54, 783), ("l40s", 0.56, 218), ("h100-pcie", 0.50, 525),
+                                              ("rtx5090", 0.61, 224)])
 def test_the_profiles_carry_the_fitted_values(gpu, share, keys):
     from capsim.spec.catalog import load_hardware
 
