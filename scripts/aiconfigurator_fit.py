@@ -1,6 +1,6 @@
 """capsim's per-operator forms fitted to NVIDIA's measured per-operator database (ai-dynamo/aiconfigurator):
 the decode-attention cost per sequence and KV head, by GPU, engine and KV-cache format, and the GEMM
-share per format of the B200, H100 and H200, by framework (docs/cost-model.md, "Measured operators").
+share per format of the B200, H100, H200 and L40S, by framework (docs/cost-model.md, "Measured operators").
 
     python scripts/aiconfigurator_fit.py --aiconfigurator PATH/aic-core/src/aiconfigurator_core/systems/data
 
@@ -11,9 +11,10 @@ profile's `attention_seq_s`) and the intercept `a` are fitted on a grid, over B 
 (64 query / 8 KV heads) and Llama-8B (32 / 8) head shapes at head size 128. The mean |error| with the
 current class value (0.0294 us) is printed beside it.
 
-GEMMs (gemm_perf.parquet, B200, H100, H200): capsim's form t = a + (mem^4 + comp^4)^(1/4) with mem = weight bytes /
-(eta_bw x BW) and comp = 2MNK / (eta_c x peak x M'/(M' + 64)), M' = max(M, 128), fitted on Llama-70B-sized
-shapes (N in 8192, 10240, 51200, 65536; K in 8192, 16384, 51200).
+GEMMs (gemm_perf.parquet, B200, H100, H200, L40S): capsim's form t = a + (mem^4 + comp^4)^(1/4) with mem = weight
+bytes / (eta_bw x BW) and comp = 2MNK / (eta_c x peak x M'/(M' + 64)), M' = max(M, 128), fitted on Llama-70B-sized
+shapes (N in 8192, 10240, 51200, 65536; K in 8192, 16384, 51200); the median eta_c per GPU and format over every
+collection (framework release and kernel) follows them.
 
 Weight reads at small M (gemm_perf.parquet): the bf16 GEMMs' weight bytes per second as a share of the datasheet
 bandwidth (H100, H200, B200), and, for every GPU and framework, the median over M = 1-16 and eight
@@ -32,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 BANDWIDTH = {"h100_sxm": 3.35e12, "h200_sxm": 4.8e12, "b200_sxm": 8.0e12}  # the profiles' datasheet figures
+GEMM_BANDWIDTH = BANDWIDTH | {"l40s": 864e9}  # decode attention is fitted on the HBM parts only (their 0.77 share)
 ATTENTION_BW_SHARE = 0.77  # the Hopper/Blackwell profiles' bandwidth share (hardware_profiles/h100-sxm.yaml)
 CLASS_SEQ_S = 2.94e-8  # the class value the profiles carried (Vidur A100)
 HEADS = ((64, 8), (32, 8))  # (query heads, KV heads) at head size 128
@@ -47,7 +49,8 @@ BF16_BANDWIDTH_MULTIPLIER = 0.88  # the vllm and sglang profiles' kernel_efficie
 
 HOPPER_PEAK = {"fp8": 1.979e15, "bfloat16": 0.9895e15}  # dense, hardware_profiles/h100-sxm.yaml and h200.yaml
 PEAK = {"b200_sxm": {"nvfp4": 9.0e15, "fp8": 4.5e15, "bfloat16": 2.25e15},  # dense, hardware_profiles/b200.yaml
-        "h100_sxm": HOPPER_PEAK, "h200_sxm": HOPPER_PEAK}
+        "h100_sxm": HOPPER_PEAK, "h200_sxm": HOPPER_PEAK,
+        "l40s": {"fp8": 733e12, "bfloat16": 362.05e12}}  # dense, hardware_profiles/l40s.yaml
 WEIGHT_BYTES = {"nvfp4": 4.5 / 8, "fp8": 1.0, "bfloat16": 2.0}  # NVFP4: 4 bits + one 8-bit scale per 16 values
 GEMM_N = (8192, 10240, 51200, 65536)
 GEMM_K = (8192, 16384, 51200)
@@ -73,7 +76,7 @@ def gemm_fit(m, n, k, t_s, dtype: str, gpu: str) -> tuple[float, float, float, f
     m, n, k, t_s = (np.asarray(x, dtype=float) for x in (m, n, k, t_s))
     ramp_m = np.maximum(m, 128.0)
     at_peak = 2 * m * n * k / (PEAK[gpu][dtype] * ramp_m / (ramp_m + 64.0))
-    memory = n * k * WEIGHT_BYTES[dtype] / (GRID_BW[:, None] * BANDWIDTH[gpu])  # (bw, rows)
+    memory = n * k * WEIGHT_BYTES[dtype] / (GRID_BW[:, None] * GEMM_BANDWIDTH[gpu])  # (bw, rows)
     best = None
     for c in GRID_C:
         core = (memory ** 4 + (at_peak / c) ** 4) ** 0.25
@@ -105,7 +108,7 @@ def attention_sets(data_dir: Path):
 
 def gemm_sets(data_dir: Path):
     """(gpu, framework version, kernel, dtype, table) for every GEMM collection of a GPU in PEAK."""
-    for path in sorted(data_dir.glob("*_sxm/gemm/*/*/gemm_perf.parquet")):
+    for path in sorted(data_dir.glob("*/gemm/*/*/gemm_perf.parquet")):
         gpu = path.relative_to(data_dir).parts[0]
         if gpu not in PEAK:
             continue
@@ -163,10 +166,15 @@ def main() -> None:
               f"{seq_s * 1e6:.4f} us, a {a_s * 1e6:.1f} us, mean |error| {100 * err:.1f}% "
               f"(class value {CLASS_SEQ_S * 1e6:.4f} us: {100 * err_class:.1f}%)")
     print("GEMM shares, capsim's 4-norm form on Llama-70B-sized shapes:")
+    shares: dict[tuple[str, str], list[float]] = {}
     for gpu, version, kernel, dtype, x in gemm_sets(data_dir):
         c, bw, a_s, err = gemm_fit(x["m"], x["n"], x["k"], x["latency"] / 1e3, dtype, gpu)
+        shares.setdefault((gpu, dtype), []).append(c)
         print(f"  {gpu:8s} {version:18s} {kernel:36s} {dtype:9s} ({len(x)}): eta_c {c:.2f}, eta_bw {bw:.2f}, "
               f"a {a_s * 1e6:.0f} us, mean |error| {100 * err:.1f}%")
+    for (gpu, dtype), c in shares.items():
+        print(f"  {gpu:8s} {dtype:9s} median eta_c over {len(c)} collections {float(np.median(c)):.2f} "
+              f"({min(c):.2f}-{max(c):.2f})")
     print("bf16 weight reads at M = 1-16, share of the datasheet bandwidth (capsim's Hopper GEMV: 0.77 x 0.88 = 0.68):")
     for path in sorted(data_dir.glob("*/gemm/*/*/gemm_perf.parquet")):
         gpu = path.relative_to(data_dir).parts[0]

@@ -1,5 +1,5 @@
-"""scripts/aiconfigurator_fit.py, which chose the B200's attention_seq_s and NVFP4 GEMM share from NVIDIA's
-per-operator database (docs/cost-model.md, "Measured operators"): on a folder laid out like that database,
+"""scripts/aiconfigurator_fit.py, which chose the B200's attention_seq_s and NVFP4 GEMM share and the L40S's GEMM
+shares from NVIDIA's per-operator database (docs/cost-model.md, "Measured operators"): on a folder laid out like that database,
 with latencies made from known parameters in capsim's forms, it finds those parameters again."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _gemm_table(script, gpu="b200_sxm", dtype="nvfp4") -> pd.DataFrame:
         for n, k in ((8192, 8192), (10240, 8192), (65536, 8192), (8192, 51200), (4096, 4096)):
             ramp_m = max(m, 128)
             comp = 2 * m * n * k / (ETA_C * script.PEAK[gpu][dtype] * ramp_m / (ramp_m + 64))
-            mem = n * k * script.WEIGHT_BYTES[dtype] / (ETA_BW * script.BANDWIDTH[gpu])
+            mem = n * k * script.WEIGHT_BYTES[dtype] / (ETA_BW * script.GEMM_BANDWIDTH[gpu])
             rows.append({"framework": "TRTLLM", "version": "9.9", "kernel_source": "cutlass", "gemm_dtype": dtype,
                          "m": m, "n": n, "k": k, "latency": (GEMM_A_S + (mem ** 4 + comp ** 4) ** 0.25) * 1e3})
     return pd.DataFrame(rows)
@@ -68,6 +68,15 @@ def test_the_fits_find_the_parameters_the_latencies_were_made_from(tmp_path):
     fit = script.gemm_fit(g["m"], g["n"], g["k"], g["latency"] / 1e3, dtype, "h200_sxm")
     assert dtype == "fp8" and fit[:3] == pytest.approx((ETA_C, ETA_BW, GEMM_A_S), abs=1e-9)
 
+    # the L40S (no _sxm in its folder name) is fitted against its own peak and GDDR6 bandwidth
+    l40s = tmp_path / "l40s" / "gemm" / "vllm" / "9.9"
+    l40s.mkdir(parents=True)
+    _gemm_table(script, "l40s", "bfloat16").to_parquet(l40s / "gemm_perf.parquet")
+    sets = {gpu: (dtype, g) for gpu, _, _, dtype, g in script.gemm_sets(tmp_path)}
+    dtype, g = sets["l40s"]
+    fit = script.gemm_fit(g["m"], g["n"], g["k"], g["latency"] / 1e3, dtype, "l40s")
+    assert dtype == "bfloat16" and fit[:3] == pytest.approx((ETA_C, ETA_BW, GEMM_A_S), abs=1e-9)
+
 
 def test_the_b200_profile_carries_the_fitted_values():
     from capsim.spec.catalog import load_hardware
@@ -76,6 +85,15 @@ def test_the_b200_profile_carries_the_fitted_values():
     assert b200.overhead.attention_seq_s == pytest.approx(1.0e-8)
     assert b200.efficiency.compute_by_dtype["fp4"] == pytest.approx(0.48)
     assert "aiconfigurator_fit.py" in b200.sources["overhead"] and "aiconfigurator_fit.py" in b200.sources["efficiency"]
+
+
+def test_the_l40s_profile_carries_the_median_gemm_shares_of_its_measured_engines():
+    # medians of the per-collection fits docs/cost-model.md quotes (bf16 0.51-0.77, fp8 0.42-0.54)
+    from capsim.spec.catalog import load_hardware
+
+    l40s = load_hardware("l40s")
+    assert l40s.efficiency.compute == pytest.approx(0.55) and l40s.efficiency.compute_for("fp8") == pytest.approx(0.49)
+    assert "aiconfigurator_fit.py" in l40s.sources["efficiency"]
 
 
 def test_a_folder_without_the_tables_is_refused_with_a_message(tmp_path):
