@@ -59,23 +59,17 @@ def test_the_fits_find_the_parameters_the_latencies_were_made_from(tmp_path):
     eta_c, eta_bw, a_s, err = script.gemm_fit(g["m"], g["n"], g["k"], g["latency"] / 1e3, dtype, gpu)
     assert (eta_c, eta_bw, a_s) == pytest.approx((ETA_C, ETA_BW, GEMM_A_S), abs=1e-9) and err < 1e-6
 
-    # a Hopper table is fitted against the Hopper peak and bandwidth (the trt-llm GEMM share's corroboration)
-    hopper = tmp_path / "h200_sxm" / "gemm" / "trtllm" / "9.9"
-    hopper.mkdir(parents=True)
-    _gemm_table(script, "h200_sxm", "fp8").to_parquet(hopper / "gemm_perf.parquet")
+    # a Hopper table is fitted against the Hopper peak and bandwidth (the trt-llm GEMM share's corroboration),
+    # and the L40S's (no _sxm in its folder name) against its own peak and GDDR6 bandwidth
+    for gpu, framework, dtype in (("h200_sxm", "trtllm", "fp8"), ("l40s", "vllm", "bfloat16")):
+        folder = tmp_path / gpu / "gemm" / framework / "9.9"
+        folder.mkdir(parents=True)
+        _gemm_table(script, gpu, dtype).to_parquet(folder / "gemm_perf.parquet")
     sets = {gpu: (dtype, g) for gpu, _, _, dtype, g in script.gemm_sets(tmp_path)}
-    dtype, g = sets["h200_sxm"]
-    fit = script.gemm_fit(g["m"], g["n"], g["k"], g["latency"] / 1e3, dtype, "h200_sxm")
-    assert dtype == "fp8" and fit[:3] == pytest.approx((ETA_C, ETA_BW, GEMM_A_S), abs=1e-9)
-
-    # the L40S (no _sxm in its folder name) is fitted against its own peak and GDDR6 bandwidth
-    l40s = tmp_path / "l40s" / "gemm" / "vllm" / "9.9"
-    l40s.mkdir(parents=True)
-    _gemm_table(script, "l40s", "bfloat16").to_parquet(l40s / "gemm_perf.parquet")
-    sets = {gpu: (dtype, g) for gpu, _, _, dtype, g in script.gemm_sets(tmp_path)}
-    dtype, g = sets["l40s"]
-    fit = script.gemm_fit(g["m"], g["n"], g["k"], g["latency"] / 1e3, dtype, "l40s")
-    assert dtype == "bfloat16" and fit[:3] == pytest.approx((ETA_C, ETA_BW, GEMM_A_S), abs=1e-9)
+    for gpu, want in (("h200_sxm", "fp8"), ("l40s", "bfloat16")):
+        dtype, g = sets[gpu]
+        fit = script.gemm_fit(g["m"], g["n"], g["k"], g["latency"] / 1e3, dtype, gpu)
+        assert dtype == want and fit[:3] == pytest.approx((ETA_C, ETA_BW, GEMM_A_S), abs=1e-9)
 
 
 def test_the_b200_profile_carries_the_fitted_values():
