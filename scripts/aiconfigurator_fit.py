@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-BANDWIDTH = {"h100_sxm": 3.35e12, "h200_sxm": 4.8e12, "b200_sxm": 8.0e12}  # the profiles' datasheet figures
-GEMM_BANDWIDTH = BANDWIDTH | {"l40s": 864e9}  # decode attention is fitted on the HBM parts only (their 0.77 share)
+HBM_BANDWIDTH = {"h100_sxm": 3.35e12, "h200_sxm": 4.8e12, "b200_sxm": 8.0e12}  # the profiles' datasheet figures
+GEMM_BANDWIDTH = HBM_BANDWIDTH | {"l40s": 864e9}  # decode attention is fitted on the HBM parts only (their 0.77 share)
 ATTENTION_BW_SHARE = 0.77  # the Hopper/Blackwell profiles' bandwidth share (hardware_profiles/h100-sxm.yaml)
 CLASS_SEQ_S = 2.94e-8  # the class value the profiles carried (Vidur A100)
 HEADS = ((64, 8), (32, 8))  # (query heads, KV heads) at head size 128
@@ -91,7 +91,7 @@ def attention_sets(data_dir: Path):
     """(gpu, framework version, kernel, KV format, heads, table) for every decode-attention collection."""
     for path in sorted(data_dir.glob("*_sxm/attention/*/*/generation_attention_perf.parquet")):
         gpu = path.relative_to(data_dir).parts[0]
-        if gpu not in BANDWIDTH:
+        if gpu not in HBM_BANDWIDTH:
             continue  # the GPUs capsim's profiles were fitted for
         d = pd.read_parquet(path)
         if "window_size" in d:
@@ -118,6 +118,20 @@ def gemm_sets(data_dir: Path):
             if dtype in PEAK[gpu]:
                 x = x.groupby(["m", "n", "k"], as_index=False)["latency"].median()
                 yield gpu, f"{d['framework'].iloc[0]} {d['version'].iloc[0]}", kernel, dtype, x
+
+
+def gemm_shares(data_dir: Path) -> dict[tuple[str, str], list[tuple[str, str, tuple[float, float, float, float]]]]:
+    """Per (GPU, format): every collection's (version, kernel, gemm_fit result), in gemm_sets' order."""
+    shares: dict[tuple[str, str], list[tuple[str, str, tuple[float, float, float, float]]]] = {}
+    for gpu, version, kernel, dtype, x in gemm_sets(data_dir):
+        fit = gemm_fit(x["m"], x["n"], x["k"], x["latency"] / 1e3, dtype, gpu)
+        shares.setdefault((gpu, dtype), []).append((version, kernel, fit))
+    return shares
+
+
+def median_share(fits: list[tuple[str, str, tuple[float, float, float, float]]]) -> float:
+    """The profile value: the median eta_c over a GPU's and format's collections."""
+    return float(np.median([fit[0] for _, _, fit in fits]))
 
 
 def weight_format_ratios(d: pd.DataFrame) -> dict[str, float]:
@@ -155,31 +169,31 @@ def main() -> None:
     parser.add_argument("--aiconfigurator", type=Path, required=True,
                         help="aiconfigurator's systems/data folder (aic-core/src/aiconfigurator_core/systems/data)")
     data_dir = parser.parse_args().aiconfigurator
-    if not any(data_dir.glob("*_sxm/*/*/*/*_perf.parquet")):
-        parser.error(f"{data_dir}: no aiconfigurator tables (<gpu>_sxm/<family>/<framework>/<version>/*_perf.parquet) "
+    if not any(data_dir.glob("*/*/*/*/*_perf.parquet")):
+        parser.error(f"{data_dir}: no aiconfigurator tables (<gpu>/<family>/<framework>/<version>/*_perf.parquet) "
                      "here; pass aiconfigurator's aic-core/src/aiconfigurator_core/systems/data folder")
     print("Decode attention per sequence and KV head (capsim's attention_seq_s), fitted per layer:")
     for gpu, version, kernel, kv, (heads, kv_heads), x in attention_sets(data_dir):
         seq_s, a_s, err, err_class = attention_fit(x["batch_size"], x["step"] + 1, x["latency"] / 1e3, kv_heads,
-                                                   KV_BYTES[kv], BANDWIDTH[gpu])
+                                                   KV_BYTES[kv], HBM_BANDWIDTH[gpu])
         print(f"  {gpu:8s} {version:18s} {kernel:24s} KV {kv:8s} {heads}/{kv_heads} heads ({len(x)}): "
               f"{seq_s * 1e6:.4f} us, a {a_s * 1e6:.1f} us, mean |error| {100 * err:.1f}% "
               f"(class value {CLASS_SEQ_S * 1e6:.4f} us: {100 * err_class:.1f}%)")
     print("GEMM shares, capsim's 4-norm form on Llama-70B-sized shapes:")
-    shares: dict[tuple[str, str], list[float]] = {}
-    for gpu, version, kernel, dtype, x in gemm_sets(data_dir):
-        c, bw, a_s, err = gemm_fit(x["m"], x["n"], x["k"], x["latency"] / 1e3, dtype, gpu)
-        shares.setdefault((gpu, dtype), []).append(c)
-        print(f"  {gpu:8s} {version:18s} {kernel:36s} {dtype:9s} ({len(x)}): eta_c {c:.2f}, eta_bw {bw:.2f}, "
-              f"a {a_s * 1e6:.0f} us, mean |error| {100 * err:.1f}%")
-    for (gpu, dtype), c in shares.items():
-        print(f"  {gpu:8s} {dtype:9s} median eta_c over {len(c)} collections {float(np.median(c)):.2f} "
+    shares = gemm_shares(data_dir)
+    for (gpu, dtype), fits in shares.items():
+        for version, kernel, (c, bw, a_s, err) in fits:
+            print(f"  {gpu:8s} {version:18s} {kernel:36s} {dtype:9s}: eta_c {c:.2f}, eta_bw {bw:.2f}, "
+                  f"a {a_s * 1e6:.0f} us, mean |error| {100 * err:.1f}%")
+    for (gpu, dtype), fits in shares.items():
+        c = [fit[0] for _, _, fit in fits]
+        print(f"  {gpu:8s} {dtype:9s} median eta_c over {len(c)} collections {median_share(fits):.2f} "
               f"({min(c):.2f}-{max(c):.2f})")
     print("bf16 weight reads at M = 1-16, share of the datasheet bandwidth (capsim's Hopper GEMV: 0.77 x 0.88 = 0.68):")
     for path in sorted(data_dir.glob("*/gemm/*/*/gemm_perf.parquet")):
         gpu = path.relative_to(data_dir).parts[0]
-        if gpu in BANDWIDTH:
-            share = bf16_weight_read_share(pd.read_parquet(path), BANDWIDTH[gpu])
+        if gpu in HBM_BANDWIDTH:
+            share = bf16_weight_read_share(pd.read_parquet(path), HBM_BANDWIDTH[gpu])
             if share is not None:
                 print(f"  {gpu:8s} {path.parent.parent.name:7s} {path.parent.name:12s} {share:.3f}")
     print("Weight formats at M = 1-16 (GEMM time over bf16's; profile multiplier = 0.88 x bytes ratio / time ratio):")

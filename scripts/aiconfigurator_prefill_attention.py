@@ -39,7 +39,7 @@ from capsim.harness.fit import fit_rows_form, mape_pct
 PEAK = {"a100_sxm": 312e12, "h100_sxm": 989.4e12, "h200_sxm": 989.5e12, "b200_sxm": 2.25e15, "l40s": 362.05e12,
         "rtx_pro_6000_server": 467.8e12}
 PROFILE = {"a100_sxm": "a100-80g", "h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "l40s": "l40s",
-           "rtx_pro_6000_server": "rtx-pro-6000 (no capsim profile; the RTX 5090's source)"}
+           "rtx_pro_6000_server": "rtx-pro-6000"}  # no capsim profile: the RTX 5090's source (rtx5090_values)
 RTX5090_GEMM_FLOPS, RTX5090_PEAK = 224.3e12, 209.5e12  # measured torch.matmul bf16; datasheet fp32-accumulate peak
 BIG_GEMM = 4096
 HEADS = ((32, 8), (64, 8))
@@ -128,8 +128,10 @@ def main() -> None:
               f"half keys {v['half_keys'][0]:.0f}-{v['half_keys'][1]:.0f}, "
               f"MAPE {v['mape_pct'][0]:.1f}-{v['mape_pct'][1]:.1f}%)")
     pro = profile_values(table).get(PROFILE["rtx_pro_6000_server"])
-    if pro is not None:
-        gemm = gemm_rate(data, "rtx_pro_6000_server")
+    gemm = gemm_rate(data, "rtx_pro_6000_server")
+    if pro is None or np.isnan(gemm):
+        print("\nRTX 5090: no RTX PRO 6000 attention or large bf16 GEMM tables here, so no transfer")
+    else:
         v = rtx5090_values(pro, gemm)
         print(f"\nRTX 5090 (GB202, from the RTX PRO 6000): large bf16 GEMMs {gemm / 1e12:.0f} TFLOPS there, attention "
               f"{v['attention_ratio']:.3f} of that; x {RTX5090_GEMM_FLOPS / 1e12:.1f} / {RTX5090_PEAK / 1e12:.1f}: "

@@ -49,7 +49,7 @@ def test_the_fits_find_the_parameters_the_latencies_were_made_from(tmp_path):
     (gpu, version, kernel, kv, heads, x), = script.attention_sets(tmp_path)  # 32/8 heads: no rows, skipped
     assert (gpu, version, kernel, kv, heads) == ("b200_sxm", "TRTLLM 9.9", "xqa", "fp8", (64, 8))
     seq_s, a_s, err, err_class = script.attention_fit(x["batch_size"], x["step"] + 1, x["latency"] / 1e3, 8, 1.0,
-                                                      script.BANDWIDTH[gpu])
+                                                      script.HBM_BANDWIDTH[gpu])
     assert seq_s == pytest.approx(SEQ_S, abs=1e-12) and a_s == pytest.approx(ATTN_A_S, abs=1e-12)
     assert err < 1e-6 < 0.3 < err_class  # the class value 0.0294 us misses these by far
 
@@ -70,6 +70,13 @@ def test_the_fits_find_the_parameters_the_latencies_were_made_from(tmp_path):
         dtype, g = sets[gpu]
         fit = script.gemm_fit(g["m"], g["n"], g["k"], g["latency"] / 1e3, dtype, gpu)
         assert dtype == want and fit[:3] == pytest.approx((ETA_C, ETA_BW, GEMM_A_S), abs=1e-9)
+
+    # the per-GPU, per-format profile value is the median share over the collections (here one each)
+    shares = script.gemm_shares(tmp_path)
+    assert set(shares) == {("b200_sxm", "nvfp4"), ("h200_sxm", "fp8"), ("l40s", "bfloat16")}
+    assert script.median_share(shares[("l40s", "bfloat16")]) == pytest.approx(ETA_C, abs=1e-9)
+    fits = [("v", "k", (c, 0.8, 0.0, 0.05)) for c in (0.77, 0.51, 0.55)]
+    assert script.median_share(fits) == pytest.approx(0.55)
 
 
 def test_the_b200_profile_carries_the_fitted_values():

@@ -58,9 +58,10 @@ def test_the_rtx5090_takes_the_pro_6000s_attention_to_gemm_ratio_times_its_own_m
     folder = tmp_path / "rtx_pro_6000_server" / "gemm" / "vllm" / "9.9"
     folder.mkdir(parents=True)
     big, rate = 8192, 400e12  # large bf16 GEMMs at 400 TFLOPS; small ones and fp8 ones must not count
-    rows = [{"gemm_dtype": "bfloat16", "m": big, "n": big, "k": big, "latency": 2.0 * big**3 / rate * 1e3},
-            {"gemm_dtype": "bfloat16", "m": 16, "n": big, "k": big, "latency": 1.0},
-            {"gemm_dtype": "fp8", "m": big, "n": big, "k": big, "latency": 1e-6}]
+    large = {"gemm_dtype": "bfloat16", "m": big, "n": big, "k": big, "latency": 2.0 * big**3 / rate * 1e3}
+    slow = 1e3  # ms: a row that counted would pull the median far below 400 TFLOPS
+    rows = [large, {**large, "m": 16, "latency": slow}, {**large, "n": 16, "latency": slow},
+            {**large, "gemm_dtype": "fp8", "latency": slow}]
     pd.DataFrame(rows).to_parquet(folder / "gemm_perf.parquet")
     assert script.gemm_rate(tmp_path, "rtx_pro_6000_server") == pytest.approx(rate)
 
