@@ -74,6 +74,35 @@ def test_weight_format_keys_name_a_known_format():
         EngineProfile.model_validate(bad)
 
 
+def test_a_compute_dtype_factor_for_this_gpu_wins_over_the_dtype_and_the_engines_compute():
+    factors = {"fp8": 0.9, "fp8@round-gpu": 0.6, "fp8@other-gpu": 0.7}
+    engine = ENGINE.model_copy(update={"kernel_efficiency": ENGINE.kernel_efficiency.model_copy(
+        update={"compute_dtypes": factors})})
+    gpu = GPU.model_copy(update={"peak_flops": {**GPU.peak_flops, "fp8": 200e12}})
+    assert realistic_rates(gpu, engine, get_format("fp8_e4m3")).eta_gemm == pytest.approx(0.5 * 0.6)  # DTYPE@GPU
+    third = gpu.model_copy(update={"name": "third-gpu"})
+    assert realistic_rates(third, engine, get_format("fp8_e4m3")).eta_gemm == pytest.approx(0.5 * 0.9)  # then DTYPE
+    assert realistic_rates(gpu, engine, get_format("fp16")).eta_gemm == pytest.approx(0.5 * 0.8)  # then compute
+
+
+def test_compute_dtype_keys_name_a_known_dtype():
+    bad = dict(ENGINE.model_dump(), kernel_efficiency={"compute_dtypes": {"fp9@h100-sxm": 0.5}})
+    with pytest.raises(ValueError, match="compute_dtypes key 'fp9@h100-sxm': expected DTYPE or DTYPE@GPU"):
+        EngineProfile.model_validate(bad)
+
+
+def test_vllm_fp8_gemms_on_hopper_take_its_measured_share():
+    # aiconfigurator's vLLM FP8 GEMM fits (engines.yaml): medians 0.57 (H100 SXM) and 0.645 (H200) of the fp8 peak
+    from capsim.spec.catalog import load_hardware
+    from capsim.spec.serving import load_engine
+
+    vllm = load_engine("vllm")
+    for gpu, measured in (("h100-sxm", 0.57), ("h200", 0.645)):
+        r = realistic_rates(load_hardware(gpu), vllm, get_format("fp8_e4m3"))
+        assert r.eta_gemm == pytest.approx(measured, abs=0.005)
+    assert realistic_rates(load_hardware("h100-sxm"), vllm, get_format("bf16")).eta_gemm == pytest.approx(0.72)
+
+
 def test_sglang_block_fp8_decode_gemms_take_the_measured_share_of_bf16s_time_on_h100():
     # Hand calculation: a weight-read-bound GEMM takes bytes / (GEMV share x engine factor x bandwidth).
     # Block FP8 moves 8 + 32/16384 bits per weight against bf16's 16, at the factor 0.72 against 0.88, so

@@ -27,8 +27,9 @@ def test_every_per_gpu_weight_format_factor_names_a_catalogue_gpu():
     from capsim.spec.catalog import hardware_catalog
 
     names = {hw.name for hw in hardware_catalog().values()}
-    keyed = [(e.name, key) for e in engine_catalog().values() for key in e.kernel_efficiency.weight_formats if "@" in key]
-    assert keyed  # sglang@0.4's measured FP8 rates
+    keyed = [(e.name, key) for e in engine_catalog().values()
+             for key in (*e.kernel_efficiency.weight_formats, *e.kernel_efficiency.compute_dtypes) if "@" in key]
+    assert keyed  # sglang@0.4's measured FP8 rates, vLLM's FP8 GEMM shares
     assert [(e, key) for e, key in keyed if key.split("@")[1] not in names] == []
 
 

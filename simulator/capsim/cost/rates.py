@@ -111,7 +111,8 @@ def realistic_rates(hardware: HardwareProfile, engine: EngineProfile | None, wei
         eta_weights_bw=_eff(gemv, bw_factor),
         eta_stream_bw=_eff(eff.bandwidth, k.bandwidth if k else 1.0),  # activations stay 16-bit whatever the weights
         eta_attn_bw=_eff(eff.attention_bandwidth or eff.bandwidth, k.attention_bandwidth if k else 1.0),
-        eta_gemm=_eff(eff.compute_for(_gemm_dtype(engine, weights)), k.compute if k else 1.0),
+        eta_gemm=_eff(eff.compute_for(_gemm_dtype(engine, weights)),
+                      k.gemm_compute(_gemm_dtype(engine, weights), hardware.name) if k else 1.0),
         half_tokens=eff.compute_half_tokens,
         ramp_from_tokens=eff.compute_ramp_from_tokens,
         eta_attn_fl=_eff(eff.attention_compute or eff.compute, k.attention_compute if k else 1.0),

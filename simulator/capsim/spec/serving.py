@@ -13,11 +13,11 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
-from capsim.spec.config import Frozen, read_yaml, validate
+from capsim.spec.config import Dtype, Frozen, read_yaml, validate
 from capsim.spec.formats import FORMATS
 from capsim.errors import CapsimError, did_you_mean, quote
 
@@ -98,24 +98,31 @@ class KernelEfficiency(Frozen):
     achievable rate): `bandwidth` for weight reads (GEMV), `attention_bandwidth` for KV reads.
     `weight_formats` overrides `bandwidth` per weight format, keyed `FORMAT` or `FORMAT@GPU` (a
     catalogue GPU's name: the engine's kernels for that format measured on that GPU); the GPU's
-    own key wins (weight_format_bandwidth)."""
+    own key wins (weight_format_bandwidth). `compute_dtypes` overrides `compute` the same way per
+    GEMM compute dtype (`DTYPE` or `DTYPE@GPU`, gemm_compute)."""
 
     bandwidth: float = Field(1.0, gt=0, le=1.5)
     attention_bandwidth: float = Field(1.0, gt=0, le=1.5)
     compute: float = Field(1.0, gt=0, le=1.5)
     attention_compute: float = Field(1.0, gt=0, le=1.5)
     weight_formats: dict[str, Annotated[float, Field(gt=0, le=1.5)]] = {}
+    compute_dtypes: dict[str, Annotated[float, Field(gt=0, le=1.5)]] = {}
     fp16_accumulate: bool = Field(False, description="fp16 GEMMs accumulate in fp16 (GeForce: twice the rate)")
 
-    @field_validator("weight_formats")
+    @field_validator("weight_formats", "compute_dtypes")
     @classmethod
-    def _known_formats(cls, value: dict[str, float]) -> dict[str, float]:
+    def _known_keys(cls, value: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        word, allowed = ("FORMAT", FORMATS) if info.field_name == "weight_formats" else ("DTYPE", get_args(Dtype))
         for key in value:
-            fmt, _, gpu = key.partition("@")
-            if fmt not in FORMATS or (("@" in key) and not gpu):
-                raise ValueError(f"weight_formats key {key!r}: expected FORMAT or FORMAT@GPU with FORMAT one of "
-                                 f"{', '.join(FORMATS)}")
+            name, _, gpu = key.partition("@")
+            if name not in allowed or (("@" in key) and not gpu):
+                raise ValueError(f"{info.field_name} key {key!r}: expected {word} or {word}@GPU with {word} one of "
+                                 f"{', '.join(allowed)}")
         return value
+
+    def gemm_compute(self, dtype: str, gpu: str) -> float:
+        """The multiplier on the GPU's GEMM share for GEMMs computed in `dtype` on GPU `gpu`."""
+        return self.compute_dtypes.get(f"{dtype}@{gpu}", self.compute_dtypes.get(dtype, self.compute))
 
     def weight_format_bandwidth(self, fmt: str, gpu: str) -> float:
         """The multiplier on the GPU's weight-read rate for weights in `fmt` on GPU `gpu`."""
