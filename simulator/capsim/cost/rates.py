@@ -96,6 +96,7 @@ def realistic_rates(hardware: HardwareProfile, engine: EngineProfile | None, wei
     """The rates of one set-up; engine None is the bare GPU roofline (no host time, no kernels)."""
     eff, over = hardware.efficiency, hardware.overhead
     k = engine.kernel_efficiency if engine is not None else None
+    gemm_dtype = _gemm_dtype(engine, weights)
     bw_factor = k.weight_format_bandwidth(weights.name, hardware.name) if k else 1.0
     gemv = eff.gemv_bandwidth if eff.gemv_bandwidth is not None else eff.bandwidth
     weight_only = weights.compute_dtype == "fp16" and weights.bits_per_value < 16
@@ -111,13 +112,12 @@ def realistic_rates(hardware: HardwareProfile, engine: EngineProfile | None, wei
         eta_weights_bw=_eff(gemv, bw_factor),
         eta_stream_bw=_eff(eff.bandwidth, k.bandwidth if k else 1.0),  # activations stay 16-bit whatever the weights
         eta_attn_bw=_eff(eff.attention_bandwidth or eff.bandwidth, k.attention_bandwidth if k else 1.0),
-        eta_gemm=_eff(eff.compute_for(_gemm_dtype(engine, weights)),
-                      k.gemm_compute(_gemm_dtype(engine, weights), hardware.name) if k else 1.0),
+        eta_gemm=_eff(eff.compute_for(gemm_dtype), k.gemm_compute(gemm_dtype, hardware.name) if k else 1.0),
         half_tokens=eff.compute_half_tokens,
         ramp_from_tokens=eff.compute_ramp_from_tokens,
         eta_attn_fl=_eff(eff.attention_compute or eff.compute, k.attention_compute if k else 1.0),
         attention_half_keys=eff.attention_half_keys,
-        gemm_peak_flops=hardware.peak_for(_gemm_dtype(engine, weights)),
+        gemm_peak_flops=hardware.peak_for(gemm_dtype),
         attn_peak_flops=hardware.peak_for("fp16"),
         vector_flops=hardware.peak_flops.get("fp32", hardware.peak_flops["fp16"] / 4),
         step_s=over.step_s + (eng_over.step_s if eng_over else 0.0),
