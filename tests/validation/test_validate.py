@@ -9,6 +9,7 @@ from capsim.cli.app import app
 from capsim.errors import CapsimError
 from capsim.validation.runner import (GROUPS, SLO_TOLERANCE, Outcome, _shared_runs, find_suite, group_rows, highest_passing,
                                       load_points, mape, render, run_point, run_points, run_suite, write)
+from capsim.validation.lengths import clipped_lognormal_mean
 from capsim.validation.mapping import Skip, at_rate, engine_for, kv_format_for, predicted_value, slo_limits_ms, workload_for
 from typer.testing import CliRunner
 from helpers import REPO, script_module
@@ -432,8 +433,49 @@ def test_a_listed_prompt_set_is_drawn_from_its_first_prompts_plus_the_template(p
     assert prompts.dist == "sequence" and len(prompts.values) == 150  # the first 150 of the 500 listed
     assert prompts.values[0] == 395 + 10  # request 0: its 395 listed tokens and the template
     assert abs(sum(prompts.values) / 150 - (236.15 + 10)) < 0.01  # the listed mean plus the template
-    assert w.output_tokens.value == 346 and (w.arrivals.kind, w.arrivals.users, w.requests) == ("closed_loop", 1, 150)
+    assert (w.arrivals.kind, w.arrivals.users, w.requests) == ("closed_loop", 1, 150)
     assert (w.engine, w.gpu, w.max_model_len, w.gpu_memory_utilization) == ("vllm", "a100-80g", 4096, 0.9)
+    # vLLM's in-process AsyncLLMEngine takes SchedulerConfig's fallbacks, not the API server's 256
+    assert (w.scheduler.max_num_seqs, w.scheduler.max_num_batched_tokens) == (128, 2048)
+    # answers: ShareGPT's log-normal shape clipped at the client's 512-token cap, averaging the stated mean
+    out = w.output_tokens
+    assert (out.dist, out.sigma, out.min, out.max) == ("lognormal", 1.0, 1, 512)
+    assert out.mean == clipped_lognormal_mean(345.66, 512, 1.0)
+
+
+def test_a_clipped_log_normal_mean_is_solved_so_the_clipped_answers_average_the_target():
+    """E[min(X, c)] by direct numerical integration of the log-normal density, against the solver."""
+    def clipped_mean(m: float, cap: float, sigma: float) -> float:
+        mu, total, steps = math.log(m) - sigma**2 / 2, 0.0, 200_000
+        lo, hi = mu - 12 * sigma, mu + 12 * sigma  # integrate over y = ln x
+        dy = (hi - lo) / steps
+        for i in range(steps):
+            y = lo + (i + 0.5) * dy
+            density = math.exp(-((y - mu) / sigma) ** 2 / 2) / (sigma * math.sqrt(2 * math.pi))
+            total += min(math.exp(y), cap) * density * dy
+        return total
+    for target, cap in ((345.66, 512.0), (187.72, 224.0)):
+        m = clipped_lognormal_mean(target, cap, 1.0)
+        assert m > cap > target  # many answers reach the cap, so the unclipped mean lies above it
+        assert abs(clipped_mean(m, cap, 1.0) - target) < 0.05
+    assert abs(clipped_lognormal_mean(100.0, 1e9, 1.0) - 100.0) < 0.01  # a cap never reached changes nothing
+
+
+def test_answers_without_a_stated_cap_or_at_it_are_all_the_mean(points):
+    capped = {**points["accelmark-a100sxm40-sglang056-llama3-8b-bf16-sharegpt-online-qps25-ttft-p50"]}
+    assert workload_for(capped).output_tokens.max == 224  # SGLang's streaming cap
+    del capped["max_output_tokens"]
+    assert (workload_for(capped).output_tokens.dist, workload_for(capped).output_tokens.value) == ("fixed", 188)
+    at_cap = {**capped, "output_tokens": 224, "max_output_tokens": 224}
+    assert (workload_for(at_cap).output_tokens.dist, workload_for(at_cap).output_tokens.value) == ("fixed", 224)
+
+
+def test_a_run_that_includes_the_engines_start_up_is_skipped_with_the_evidence(points):
+    point = points["accelmark-rtx5090-vllm0191-llama3-8b-bf16-sharegpt-online-qps5-ttft-p99"]
+    with pytest.raises(Skip, match="start-up .*30,310.5 ms.*warm engine"):
+        workload_for(point)
+    later = {**points["accelmark-rtx5090-vllm0191-llama3-8b-bf16-sharegpt-online-qps25-ttft-p99"]}
+    assert "startup_transient" not in later and workload_for(later).arrivals.rate_per_s == 25.0
 
 
 def test_a_client_that_replays_its_prompt_set_runs_with_the_prefix_cache(points):

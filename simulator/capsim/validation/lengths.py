@@ -5,6 +5,7 @@ published OpenOrca histogram, a client's listed prompts, or the stated fixed or 
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from pathlib import Path
 
@@ -120,5 +121,38 @@ def _listed_lengths(point: dict) -> dict:
     lengths = _listed(str(point.get("_dir") or DEFAULT_SUITE), str(spec["file"]))
     extra = int(spec.get("template_tokens") or 0)
     sent = [tokens + extra for tokens in lengths[:int(spec.get("first") or len(lengths))]]
-    return {"prompt_tokens": {"dist": "sequence", "values": sent},
-            "output_tokens": {"dist": "fixed", "value": max(1, round(float(point["output_tokens"])))}}
+    return {"prompt_tokens": {"dist": "sequence", "values": sent}, "output_tokens": _answers(point)}
+
+
+def _answers(point: dict) -> dict:
+    """Answers of a point that states only their mean: all at the mean, or, where the point names the
+    client's cap (`max_output_tokens`: answers end at EOS or there), ShareGPT's answer shape (log-normal,
+    sigma SHAREGPT_SIGMA) clipped at the cap, its mean chosen so that the clipped answers average the
+    stated mean."""
+    mean, cap = float(point["output_tokens"]), point.get("max_output_tokens")
+    if cap is None or mean >= float(cap):
+        return {"dist": "fixed", "value": max(1, round(mean))}
+    return {"dist": "lognormal", "mean": clipped_lognormal_mean(mean, float(cap), SHAREGPT_SIGMA), "sigma": SHAREGPT_SIGMA,
+            "min": 1, "max": int(cap)}
+
+
+def clipped_lognormal_mean(target: float, cap: float, sigma: float) -> float:
+    """The mean m of a log-normal X (log-space spread sigma) whose clipped form min(X, cap) has mean
+    `target` (< cap): E[min(X, c)] = m * Phi((ln c - mu - sigma^2) / sigma) + c * (1 - Phi((ln c - mu) / sigma)),
+    mu = ln m - sigma^2 / 2, which rises with m; solved by bisection on a log scale."""
+    def clipped(m: float) -> float:
+        mu = math.log(m) - sigma**2 / 2
+        z = (math.log(cap) - mu) / sigma
+        return m * _phi(z - sigma) + cap * (1.0 - _phi(z))
+    lo, hi = target, target
+    while clipped(hi) < target:
+        hi *= 2.0
+    for _ in range(100):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if clipped(mid) < target else (lo, mid)
+    return round(math.sqrt(lo * hi), 3)
+
+
+def _phi(z: float) -> float:
+    """The standard normal distribution function."""
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))

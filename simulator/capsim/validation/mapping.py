@@ -139,6 +139,11 @@ def workload_for(point: dict) -> WorkloadConfig:
         # workloads draw new prompts and cannot replay a fixed set against a warm cache
         raise Skip(f"the client re-sent its prompts ({point['repeated_prompts']}); capsim cannot replay a fixed "
                    "prompt set against a warm prefix cache")
+    if point.get("startup_transient"):
+        # the engine's one-off start-up cost (kernel compilation, first allocations) fell inside the
+        # measured window; capsim simulates an engine that is already warm
+        raise Skip(f"the measured run includes the engine's start-up ({point['startup_transient']}); capsim "
+                   "simulates a warm engine")
     data.update(lengths_for(point))
     data.update(_load(point))
     data.update(_replay(point))
