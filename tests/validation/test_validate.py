@@ -217,10 +217,12 @@ def test_the_closed_loop_start_script_splits_a_run_at_each_users_first_request(p
     script = script_module("validation_closed_loop_start")
     c5 = points["nim180-h100x2-llama33-70b-fp8-tp2-5000-500-c5-ttft"]  # 5 users, 100 requests, mean TTFT
     r = script.by_phase(c5)
-    assert r["whole run"] == pytest.approx(run_point(c5).predicted)  # the validated figure
+    assert r["measured"] == pytest.approx(run_point(c5).predicted)  # the validated figure: NIM's steady window
     assert (r["users"], r["requests"]) == (5, 100)
     assert r["whole run"] == pytest.approx((5 * r["opening wave"] + 95 * r["after it"]) / 100)
     assert r["opening wave"] > r["after it"]  # five 5,000-token prompts at once wait for each other
+    gpustack = points["gpustack-vllm0110-h100sxm-qwen3-8b-bf16-sharegpt-c8-ttft"]  # measured over its whole run
+    assert script.by_phase(gpustack)["measured"] == pytest.approx(run_point(gpustack).predicted)
     with pytest.raises(SystemExit, match="not a closed loop"):
         script.by_phase(points["trtllm014-h100sxm-llama31-8b-bf16-467-256-qps2-ttft"])
 
@@ -494,3 +496,11 @@ def test_a_client_that_resends_its_prompts_unknowably_is_skipped(points):
     assert (alone.engine, alone.arrivals.kind, alone.arrivals.users, alone.requests) == ("sglang@0.4", "closed_loop", 1, 100)
     assert (alone.prompt_tokens.value, alone.output_tokens.value) == (28650, 224)  # SGLang's 224 cap
     assert not alone.prefix_caching  # 28K-token prompts outgrow the cache long before they come round again
+
+
+def test_nims_closed_loops_are_measured_over_the_steady_window_and_other_clients_over_the_run(points):
+    nim = workload_for(points["nim180-h100x2-llama33-70b-fp8-tp2-5000-500-c50-ttft"])
+    assert not nim.measure.whole_run and nim.measure.warmup_requests is None  # capsim's default window
+    assert (nim.arrivals.kind, nim.arrivals.users) == ("closed_loop", 50)
+    other = workload_for(points["gpustack-vllm0110-h100sxm-qwen3-8b-bf16-sharegpt-c8-ttft"])
+    assert other.arrivals.kind == "closed_loop" and other.measure.whole_run
