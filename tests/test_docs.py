@@ -150,3 +150,21 @@ def test_workload_examples_in_the_docs_load(tmp_path):
         path = tmp_path / f"example{i}.yaml"
         path.write_text(block)
         load_workload(path)  # raises a CapsimError naming the field if the example is wrong
+
+
+def test_the_ttft_figure_says_how_many_test_points_were_skipped_for_an_engine_start_up():
+    from capsim.validation.runner import Outcome
+
+    docs_fidelity = script_module("docs_fidelity")
+    base = dict(file="f.yaml", engine="vllm", gpu="a100-80g", tp=1, model="llama-3.1-8b", metric="ttft_ms",
+                statistic="mean", measured=100.0)
+    outcomes = [Outcome(id="a", split="test", group="ttft", predicted=80.0, error_pct=-20.0, status="ok", **base),
+                Outcome(id="b", split="test", group="ttft", predicted=None, error_pct=None, status="skipped",
+                        reason="the measured run includes the engine's start-up (evidence); capsim simulates a warm "
+                               "engine", **base),
+                Outcome(id="c", split="test", group="ttft", predicted=None, error_pct=None, status="skipped",
+                        reason="weight format not stated", **base)]
+    line = docs_fidelity.accuracy_line(outcomes)
+    assert "TTFT (prefill + ttft) 20.0% (1 point; 1 more skipped as measuring an engine's start-up" in line
+    assert "1 more skipped as measuring an engine's start-up" in docs_fidelity._targets(outcomes)
+    assert "start-up" not in docs_fidelity.accuracy_line(outcomes[:1] + outcomes[2:])  # other skips say nothing

@@ -130,8 +130,12 @@ def _answers(point: dict) -> dict:
     sigma SHAREGPT_SIGMA) clipped at the cap, its mean chosen so that the clipped answers average the
     stated mean."""
     mean, cap = float(point["output_tokens"]), point.get("max_output_tokens")
-    if cap is None or mean >= float(cap):
+    if cap is None:
         return {"dist": "fixed", "value": max(1, round(mean))}
+    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or int(cap) != cap or cap < 1 or mean > cap:
+        raise Skip(f"max_output_tokens {cap!r} must be a whole number of tokens at least the mean answer ({mean})")
+    if mean == cap:  # every answer reached the cap
+        return {"dist": "fixed", "value": int(cap)}
     return {"dist": "lognormal", "mean": clipped_lognormal_mean(mean, float(cap), SHAREGPT_SIGMA), "sigma": SHAREGPT_SIGMA,
             "min": 1, "max": int(cap)}
 
@@ -140,6 +144,9 @@ def clipped_lognormal_mean(target: float, cap: float, sigma: float) -> float:
     """The mean m of a log-normal X (log-space spread sigma) whose clipped form min(X, cap) has mean
     `target` (< cap): E[min(X, c)] = m * Phi((ln c - mu - sigma^2) / sigma) + c * (1 - Phi((ln c - mu) / sigma)),
     mu = ln m - sigma^2 / 2, which rises with m; solved by bisection on a log scale."""
+    if not (0 < target < cap and sigma > 0):
+        raise ValueError(f"need 0 < target < cap and sigma > 0 (target {target}, cap {cap}, sigma {sigma})")
+
     def clipped(m: float) -> float:
         mu = math.log(m) - sigma**2 / 2
         z = (math.log(cap) - mu) / sigma
@@ -150,7 +157,7 @@ def clipped_lognormal_mean(target: float, cap: float, sigma: float) -> float:
     for _ in range(100):
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if clipped(mid) < target else (lo, mid)
-    return round(math.sqrt(lo * hi), 3)
+    return math.sqrt(lo * hi)
 
 
 def _phi(z: float) -> float:

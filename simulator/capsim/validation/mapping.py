@@ -172,7 +172,7 @@ def workload_for(point: dict) -> WorkloadConfig:
     # The published figures are a benchmark client's, over every request it sent (vLLM's and
     # SGLang's bench_serving, TensorRT-LLM's benchmark, llama-bench, MLPerf's LoadGen): the whole
     # run, with no warm-up or cool-down left out; except where the client reports a steady state.
-    data["measure"] = {} if point["_file"] in STEADY_STATE_SOURCES else {"whole_run": True}
+    data["measure"] = {} if point.get("_file") in STEADY_STATE_SOURCES else {"whole_run": True}
     if point.get("length_distribution") == "mlperf-openorca":
         data.update(_mlperf_run(point, data))
     return validate(WorkloadConfig, data, f"validation point {point['id']}")
