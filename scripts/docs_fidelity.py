@@ -159,8 +159,7 @@ def render_page(outcomes) -> str:
         "some test points' mappings were corrected, or the points skipped, after their residuals were read "
         "(AccelMark's vLLM admission limit, its answers' spread and its start-up rate level; NIM's steady window): "
         "each was looked for because of capsim's errors and rests on the sources' own code or figures, and "
-        "`validation/README.md` "
-        "gives the errors before each and the test-set figure with the start-up level counted.",
+        "`validation/README.md` gives the errors before each and the test-set figure with the start-up level counted.",
         "",
         *_suite_counts(outcomes),
         "",
