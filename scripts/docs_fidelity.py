@@ -52,8 +52,10 @@ def _groups(outcomes) -> dict[tuple[str, str], list]:
 def _startup_skips(outcomes) -> int:
     """Test-set TTFT points skipped because their measured run includes an engine's start-up
     (`startup_transient`): the TTFT figure is quoted with their count beside it."""
+    from capsim.validation.mapping import STARTUP_SKIP
+
     return sum(o.split == "test" and o.group in ("ttft", "prefill") and o.status != "ok"
-               and "engine's start-up" in (o.reason or "") for o in outcomes)
+               and STARTUP_SKIP in (o.reason or "") for o in outcomes)
 
 
 def _startup_note(outcomes) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 from pathlib import Path
+from statistics import NormalDist
 
 from capsim.spec.config import read_yaml
 from capsim.validation.skip import Skip
@@ -140,6 +141,9 @@ def _answers(point: dict) -> dict:
             "min": 1, "max": int(cap)}
 
 
+_PHI = NormalDist().cdf  # the standard normal distribution function
+
+
 def clipped_lognormal_mean(target: float, cap: float, sigma: float) -> float:
     """The mean m of a log-normal X (log-space spread sigma) whose clipped form min(X, cap) has mean
     `target` (< cap): E[min(X, c)] = m * Phi((ln c - mu - sigma^2) / sigma) + c * (1 - Phi((ln c - mu) / sigma)),
@@ -150,7 +154,7 @@ def clipped_lognormal_mean(target: float, cap: float, sigma: float) -> float:
     def clipped(m: float) -> float:
         mu = math.log(m) - sigma**2 / 2
         z = (math.log(cap) - mu) / sigma
-        return m * _phi(z - sigma) + cap * (1.0 - _phi(z))
+        return m * _PHI(z - sigma) + cap * (1.0 - _PHI(z))
     lo, hi = target, target
     while clipped(hi) < target:
         hi *= 2.0
@@ -159,7 +163,3 @@ def clipped_lognormal_mean(target: float, cap: float, sigma: float) -> float:
         lo, hi = (mid, hi) if clipped(mid) < target else (lo, mid)
     return math.sqrt(lo * hi)
 
-
-def _phi(z: float) -> float:
-    """The standard normal distribution function."""
-    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))

@@ -32,6 +32,10 @@ SOURCE_CONDITIONS = {
 # `measure`, DESIGN §8).
 STEADY_STATE_SOURCES = {"nim-benchmarking-llama33-70b-h100.yaml"}
 
+# The skip reason of a point whose measured run includes the engine's start-up (`startup_transient`);
+# scripts/docs_fidelity.py counts these beside the TTFT figure.
+STARTUP_SKIP = "the measured run includes the engine's start-up"
+
 
 def engine_for(point: dict) -> str:
     """The engine profile of a point's engine and version (capsim/data/engines.yaml)."""
@@ -148,8 +152,7 @@ def workload_for(point: dict) -> WorkloadConfig:
     if point.get("startup_transient"):
         # the engine's one-off start-up cost (kernel compilation, first allocations) fell inside the
         # measured window; capsim simulates an engine that is already warm
-        raise Skip(f"the measured run includes the engine's start-up ({point['startup_transient']}); capsim "
-                   "simulates a warm engine")
+        raise Skip(f"{STARTUP_SKIP} ({point['startup_transient']}); capsim simulates a warm engine")
     data.update(lengths_for(point))
     data.update(_load(point))
     data.update(_replay(point))
